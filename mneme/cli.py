@@ -1,0 +1,62 @@
+"""The `mneme` console script: one subcommand per module, imported only when used.
+
+Each subcommand module exposes `add_arguments(parser)` and `run(args) -> int`. `mneme cc` is a compiler
+driver and takes its arguments verbatim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+from mneme import __version__
+from mneme.errors import MnemeError
+
+#: name -> (module, one-line help)
+COMMANDS = {
+    "cc": ("mneme.build.cc", "compile and link CUDA code with clang-22, embedding device LLVM bitcode"),
+    "ir": ("mneme.build.ircli", "list the device IR modules embedded in a binary and the kernels they define"),
+    "record": ("mneme.record.cli", "run an app under the recorder and write the record DB"),
+    "show": ("mneme.record.housekeeping", "list recorded kernels ranked by in-app time"),
+    "clean": ("mneme.record.housekeeping", "delete record DBs with their IR and snapshots"),
+    "copy": ("mneme.record.housekeeping", "copy record DBs with their files to another directory"),
+    "move": ("mneme.record.housekeeping", "move record DBs with their files to another directory"),
+    "replay": ("mneme.replay.cli", "replay one recorded kernel instance under a replay configuration"),
+    "tune": ("mneme.tune.cli", "search replay configurations of a recorded kernel"),
+    "compare": ("mneme.track.compare", "compare the MLflow runs of an experiment"),
+}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "cc":
+        from mneme.build.cc import main as cc_main
+
+        return cc_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="mneme", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"mneme {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    for name, (modname, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            mod = importlib.import_module(modname)
+            mod.add_arguments(p, name) if mod.add_arguments.__code__.co_argcount > 1 else mod.add_arguments(p)
+            p.set_defaults(_module=mod)
+    args = parser.parse_args(argv)
+    try:
+        mod = args._module
+        return int(mod.run(args) or 0)
+    except MnemeError as e:
+        print(f"mneme {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"mneme {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
