@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import re
 from pathlib import Path
 from typing import List, Optional, Union
@@ -26,15 +27,47 @@ def _init_targets() -> None:
     llvm.initialize_all_asmprinters()
 
 
+_PENDING_CONTEXTS: list = []
+_collecting = False
+
+
+def _gc_phase(phase: str, info: dict) -> None:
+    global _collecting
+    _collecting = phase == "start"
+    if phase == "stop":
+        while _PENDING_CONTEXTS:
+            llvm.ffi.lib.LLVMPY_ContextDispose(_PENDING_CONTEXTS.pop())
+
+
+gc.callbacks.append(_gc_phase)
+
+
+class _PrivateContext(llvm.ContextRef):
+    """A context that outlives its modules even when the garbage collector frees them together.
+
+    Disposing an LLVM context deletes the modules still in it, and a ModuleRef disposed after that
+    crashes the process. Reference counting frees a context only after its last module (every
+    ModuleRef holds its context). The cycle collector, though, finalizes everything it frees in no
+    particular order, so a context freed during a collection is disposed when the collection ends.
+    """
+
+    def _dispose(self):
+        if _collecting:
+            _PENDING_CONTEXTS.append(self._ptr)
+        else:
+            super()._dispose()
+
+
 def new_context() -> llvm.ContextRef:
     """A private LLVM context.
 
     Every parse into the shared global context renames struct types that already exist there
     (`%struct.Params` becomes `%struct.Params.195`), so IR printed from it depends on what the process
-    parsed before. Each linked kernel gets its own context instead; its clones share it.
+    parsed before, and nothing parsed into it is ever freed. Each linked kernel and each specialized
+    variant gets its own context instead (clones share their original's).
     """
     _init_targets()
-    return llvm.create_context()
+    return _PrivateContext(llvm.ffi.lib.LLVMPY_ContextCreate())
 
 
 def parse_module(

@@ -1,0 +1,178 @@
+"""NVPTX code generation (llvmlite) and PTX -> cubin with resource usage (nvJitLink), without a GPU.
+
+nvJitLink's `-O` takes only 0 and 3; levels 1 and 2 reach ptxas as `-Xptxas=-O<n>`. Split
+compilation (`-split-compile=<threads>`) is nvJitLink's parallel method; ptxas splits the work by
+function, so a module with one kernel and no calls gains little from it. Resource usage is read
+from the `-verbose` info log, whose register count equals `ptxas -c`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import llvmlite.binding as llvm
+
+from mneme.config import CODEGEN_METHODS
+from mneme.errors import CompileError
+from mneme.ir.target import DEFAULT_PTX, check_arch, function_target, target_machine
+
+
+def module_ptx_version(mod: llvm.ModuleRef, kernel: Optional[str] = None) -> int:
+    """The PTX ISA the IR asks for ("+ptx88" in the kernel's target features), DEFAULT_PTX if none."""
+    fns = [mod.get_function(kernel)] if kernel else [f for f in mod.functions if not f.is_declaration]
+    for fn in fns:
+        _, ptx = function_target(fn)
+        if ptx:
+            return ptx
+    return DEFAULT_PTX
+
+
+def emit_ptx(mod: llvm.ModuleRef, arch: str = "sm_90", codegen_opt: int = 3, ptx: Optional[int] = None) -> str:
+    """PTX for `mod`. Codegen runs IR passes on the module, so it changes `mod`: pass a clone to keep it."""
+    tm = target_machine(arch, codegen_opt, ptx or module_ptx_version(mod))
+    try:
+        return tm.emit_assembly(mod)
+    except RuntimeError as e:
+        raise CompileError(f"NVPTX code generation for {arch} failed: {e}") from None
+
+
+@dataclass
+class CubinResult:
+    """A linked cubin and the kernel resources nvJitLink reports (bytes, per thread where it applies).
+
+    `local_mem` is all per-thread local memory, stack frame included (local arrays and spills live
+    in the frame), which is what the driver reports as CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES;
+    `const_mem` counts the user's __constant__ banks, `param_mem` bank 0 (parameters, driver data).
+    """
+
+    cubin: bytes
+    size: int
+    registers: int = 0
+    local_mem: int = 0
+    const_mem: int = 0
+    param_mem: int = 0
+    shared_mem: int = 0
+    stack: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    barriers: int = 0
+    info_log: str = ""
+    #: the same numbers for every entry function in the cubin
+    functions: Optional[Dict[str, Dict[str, int]]] = None
+
+
+_FUNC_HEADER = re.compile(r"^info\s*: Function properties for '([^']+)':\s*$")
+_FUNC_PROPS = re.compile(
+    r"used (\d+) registers, used (\d+) barriers, (\d+) stack, (\d+) bytes smem, (\d+) bytes cmem\[0\]"
+    r"(?:, (\d+) bytes cmem\[[1-9]\d*\])*, (\d+) bytes lmem"
+)
+_PTXAS_PROPS = re.compile(r"^ptxas info\s*: Function properties for (\S+)\s*$")
+_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USER_CMEM = re.compile(r"(\d+) bytes cmem\[[1-9]\d*\]")
+
+
+def parse_info_log(log: str) -> Dict[str, Dict[str, int]]:
+    """Per-function resources from nvJitLink's -verbose info log."""
+    funcs: Dict[str, Dict[str, int]] = {}
+    lines = log.splitlines()
+    # module-wide lines ("info : 4 bytes gmem, 64 bytes cmem[3]") carry the __constant__ banks
+    module_cmem = sum(
+        int(n)
+        for line in lines
+        if line.startswith("info") and "registers" not in line and "Function" not in line
+        for n in _USER_CMEM.findall(line)
+    )
+    for i, line in enumerate(lines):
+        m = _FUNC_HEADER.match(line)
+        if m and i + 1 < len(lines):
+            p = _FUNC_PROPS.search(lines[i + 1])
+            if p:
+                user_cmem = sum(int(x) for x in _USER_CMEM.findall(lines[i + 1]))
+                funcs.setdefault(m.group(1), {}).update(
+                    registers=int(p.group(1)), barriers=int(p.group(2)), stack=int(p.group(3)),
+                    shared_mem=int(p.group(4)), param_mem=int(p.group(5)),
+                    local_mem=int(p.group(7)) + int(p.group(3)),
+                    const_mem=user_cmem or module_cmem,
+                )
+        m = _PTXAS_PROPS.match(line)
+        if m and i + 1 < len(lines):
+            s = _SPILLS.search(lines[i + 1])
+            if s:
+                funcs.setdefault(m.group(1), {}).update(
+                    stack_frame=int(s.group(1)), spill_stores=int(s.group(2)), spill_loads=int(s.group(3))
+                )
+    return funcs
+
+
+def nvjitlink_options(arch: str, opt: int, method: str, threads: Optional[int] = None) -> List[str]:
+    check_arch(arch)
+    if not 0 <= int(opt) <= 3:
+        raise CompileError(f"codegen_opt={opt} must be 0..3")
+    if method not in CODEGEN_METHODS:
+        raise CompileError(f"codegen_method={method!r} must be one of {list(CODEGEN_METHODS)}")
+    opts = [f"-arch={arch}", "-verbose"]
+    opts.append(f"-O{opt}" if opt in (0, 3) else f"-Xptxas=-O{opt}")
+    if method == "parallel":
+        opts.append(f"-split-compile={threads or os.cpu_count() or 1}")
+    return opts
+
+
+def _log(nj, handle, size_fn, get_fn) -> str:
+    n = size_fn(handle)
+    buf = bytearray(n)
+    if n:
+        get_fn(handle, buf)
+    return bytes(buf).rstrip(b"\0").decode(errors="replace")
+
+
+def link_cubin(
+    ptx: str,
+    arch: str = "sm_90",
+    opt: int = 3,
+    method: str = "serial",
+    kernel: Optional[str] = None,
+    threads: Optional[int] = None,
+) -> CubinResult:
+    """Assemble and link PTX into a cubin with nvJitLink; resources are the kernel's (or the first entry's)."""
+    from cuda.bindings import nvjitlink as nj
+
+    options = nvjitlink_options(arch, opt, method, threads)
+    data = ptx.encode()
+    # n must equal len(options): nvJitLink reads n entries and a longer count corrupts memory
+    handle = nj.create(len(options), options)
+    try:
+        try:
+            nj.add_data(handle, nj.InputType.PTX, data, len(data), "kernel.ptx")
+            nj.complete(handle)
+        except nj.nvJitLinkError as e:
+            err = _log(nj, handle, nj.get_error_log_size, nj.get_error_log)
+            raise CompileError(f"nvJitLink rejected the PTX for {arch} ({e}):\n{err}") from None
+        info = _log(nj, handle, nj.get_info_log_size, nj.get_info_log)
+        size = nj.get_linked_cubin_size(handle)
+        cubin = bytearray(size)
+        nj.get_linked_cubin(handle, cubin)
+    finally:
+        nj.destroy(handle)
+    funcs = parse_info_log(info)
+    res = CubinResult(bytes(cubin), size, info_log=info, functions=funcs)
+    entries = {name: p for name, p in funcs.items() if "registers" in p}
+    props = entries.get(kernel) if kernel else next(iter(entries.values()), None)
+    if props:
+        for k, v in props.items():
+            if hasattr(res, k):
+                setattr(res, k, v)
+    return res
+
+
+def codegen(
+    mod: llvm.ModuleRef,
+    arch: str = "sm_90",
+    codegen_method: str = "serial",
+    codegen_opt: int = 3,
+    kernel: Optional[str] = None,
+) -> CubinResult:
+    """PTX and cubin in one call (the seeds' codegen_object); changes `mod` like emit_ptx."""
+    return link_cubin(emit_ptx(mod, arch, codegen_opt), arch, codegen_opt, codegen_method, kernel=kernel)

@@ -1,0 +1,266 @@
+"""One replay configuration -> one compiled kernel, each distinct code compiled once.
+
+compile_kernel is the IR half of an experiment: specialize (args, dims, launch bounds; one
+print/parse round trip, or a plain clone when there is nothing to write), optimize, PTX, cubin.
+The code hash is known before any work, so a cache hit costs a dictionary lookup (or one file read
+with a directory cache shared by processes, e.g. the tuner's compile pool).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+import llvmlite.binding as llvm
+
+from mneme.config import ExperimentConfiguration
+from mneme.errors import ConfigurationError
+from mneme.ir.codegen import CubinResult, emit_ptx, link_cubin, nvjitlink_options
+from mneme.ir.hashing import code_hash as make_code_hash
+from mneme.ir.hashing import static_hash as make_static_hash
+from mneme.ir.module import kernel_function
+from mneme.ir.params import ParamInfo, kernel_params
+from mneme.ir.pipeline import optimize, parse_pipeline
+from mneme.ir.specialize import Specialization, make_specialization, reparse, rewrite_ir
+from mneme.ir.target import DEFAULT_PTX, function_target
+
+
+@dataclass
+class CompiledKernel:
+    """The result of compiling one code variant; plain data, so it pickles across processes.
+
+    Times are those of the compile that produced it; `cache_hit` says this copy came from a cache.
+    """
+
+    code_hash: str
+    kernel_name: str
+    arch: str
+    ptx: str
+    cubin: CubinResult
+    ll: Optional[str] = None
+    specialization: Dict[str, Any] = field(default_factory=dict)
+    preprocess_ir_time: float = 0.0
+    opt_time: float = 0.0
+    ptx_time: float = 0.0
+    cubin_time: float = 0.0
+    cache_hit: bool = False
+
+    @property
+    def codegen_time(self) -> float:
+        return self.ptx_time + self.cubin_time
+
+    @property
+    def obj_size(self) -> int:
+        return self.cubin.size
+
+
+_MAGIC = b"MNEMECK1"
+
+
+def _toolchain_tag() -> str:
+    from cuda.bindings import nvjitlink
+
+    llvm_v = ".".join(map(str, llvm.llvm_version_info))
+    nvj_v = ".".join(map(str, nvjitlink.version()))
+    return f"llvm{llvm_v}-nvjitlink{nvj_v}"
+
+
+def _encode(ck: CompiledKernel) -> bytes:
+    meta = asdict(ck)
+    blobs = [ck.ptx.encode(), ck.cubin.cubin, (ck.ll or "").encode()]
+    meta.pop("ptx")
+    meta.pop("ll")
+    meta["cubin"].pop("cubin")
+    meta["has_ll"] = ck.ll is not None
+    meta["blob_sizes"] = [len(b) for b in blobs]
+    head = json.dumps(meta).encode()
+    return _MAGIC + struct.pack("<Q", len(head)) + head + b"".join(blobs)
+
+
+def _decode(data: bytes) -> CompiledKernel:
+    if data[:8] != _MAGIC:
+        raise ValueError("not a mneme compile-cache entry")
+    (n,) = struct.unpack("<Q", data[8:16])
+    meta = json.loads(data[16 : 16 + n])
+    pos = 16 + n
+    blobs = []
+    for size in meta.pop("blob_sizes"):
+        blobs.append(data[pos : pos + size])
+        pos += size
+    if pos != len(data):
+        raise ValueError("truncated compile-cache entry")
+    has_ll = meta.pop("has_ll")
+    cub = meta.pop("cubin")
+    return CompiledKernel(
+        ptx=blobs[0].decode(),
+        cubin=CubinResult(cubin=blobs[1], **cub),
+        ll=blobs[2].decode() if has_ll else None,
+        **meta,
+    )
+
+
+class CompileCache:
+    """Compiled kernels by code hash: in memory, and in `directory` when one is given.
+
+    Directory entries are written to a temporary file and renamed into place, so concurrent
+    processes never read half an entry; they live under a subdirectory named after the LLVM and
+    nvJitLink versions, so a toolchain change never serves stale code. Unreadable entries are misses.
+    """
+
+    def __init__(self, directory: Union[str, Path, None] = None):
+        self._mem: Dict[str, CompiledKernel] = {}
+        self._lock = threading.Lock()
+        self.directory = Path(directory) / _toolchain_tag() if directory is not None else None
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._mem)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.mck"
+
+    def get(self, key: str) -> Optional[CompiledKernel]:
+        with self._lock:
+            ck = self._mem.get(key)
+        if ck is None and self.directory is not None:
+            try:
+                ck = _decode(self._path(key).read_bytes())
+            except (OSError, ValueError, KeyError, TypeError):
+                ck = None
+            if ck is not None:
+                with self._lock:
+                    self._mem[key] = ck
+        with self._lock:
+            if ck is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+        return replace(ck, cache_hit=True)
+
+    def put(self, ck: CompiledKernel) -> None:
+        with self._lock:
+            self._mem[ck.code_hash] = replace(ck, cache_hit=False)
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{ck.code_hash[:16]}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(_encode(ck))
+                os.replace(tmp, self._path(ck.code_hash))
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+
+    def clear(self) -> None:
+        with self._lock:
+            self._mem.clear()
+
+
+_DEFAULT_CACHE = CompileCache()
+
+
+def default_cache() -> CompileCache:
+    """The process-wide in-memory cache compile_kernel uses unless told otherwise."""
+    return _DEFAULT_CACHE
+
+
+def config_specialization(
+    mod: llvm.ModuleRef,
+    kernel_name: str,
+    config: ExperimentConfiguration,
+    arg_values: Optional[Mapping[int, object]] = None,
+    params: Optional[List[ParamInfo]] = None,
+) -> Specialization:
+    """What `config` asks to write into the kernel. Argument values for parameters that are not
+    integer or floating scalars are ignored (they cannot become constants)."""
+    args = {}
+    if config.specialize and arg_values:
+        params = params or kernel_params(mod, kernel_name)
+        for idx, value in arg_values.items():
+            i = int(idx)
+            if 0 <= i < len(params) and params[i].specializable:
+                args[i] = value
+    return make_specialization(
+        params,
+        args,
+        grid=tuple(config.grid) if config.specialize_dims else None,
+        block=tuple(config.block) if config.specialize_dims else None,
+        launch_bounds=(config.max_threads, config.min_blocks_per_sm) if config.set_launch_bounds else None,
+    )
+
+
+def compile_kernel(
+    linked_mod: llvm.ModuleRef,
+    kernel_name: str,
+    config: ExperimentConfiguration,
+    arch: str = "sm_90",
+    static_hash: Optional[str] = None,
+    arg_values: Optional[Mapping[int, object]] = None,
+    cache: Union[CompileCache, None, bool] = None,
+    keep_ll: bool = False,
+) -> CompiledKernel:
+    """Compile `config`'s variant of the kernel; `linked_mod` is cloned, never changed.
+
+    `cache`: a CompileCache, None for the process-wide one, False for none. `keep_ll` keeps the
+    optimized IR text (for --output-ll). `static_hash` is computed when not given (a few ms); pass
+    the recorded one so code hashes match the record. `config.prune`/`internalize` were applied when
+    `linked_mod` was linked. A module's LLVM context is single-threaded: compile one linked module
+    from one thread at a time (the tuner's pool uses processes).
+    """
+    problems = [p for p in config.problems() if not p.startswith(("grid", "block", "shared_mem"))]
+    if problems:
+        raise ConfigurationError(f"replay configuration cannot be compiled: {'; '.join(problems)}")
+    t0 = time.perf_counter()
+    fn = kernel_function(linked_mod, kernel_name)
+    pipeline = parse_pipeline(config.passes)
+    nvjitlink_options(arch, config.codegen_opt, config.codegen_method)
+    params = kernel_params(linked_mod, kernel_name) if config.specialize and arg_values else None
+    spec = config_specialization(linked_mod, kernel_name, config, arg_values, params)
+    if static_hash is None:
+        static_hash = make_static_hash(linked_mod, kernel_name)
+    key = make_code_hash(static_hash, spec, pipeline, config.codegen_opt, config.codegen_method, arch)
+    store = default_cache() if cache is None else (None if cache is False else cache)
+    if store is not None:
+        hit = store.get(key)
+        if hit is not None and (hit.ll is not None or not keep_ll):
+            return hit
+
+    ir_arch, ir_ptx = function_target(fn)
+    retarget = arch if ir_arch and ir_arch != arch else None
+    if spec or retarget:
+        mod = reparse(rewrite_ir(str(linked_mod), kernel_name, spec, fn, params, retarget), kernel_name)
+    else:
+        mod = linked_mod.clone()
+    t1 = time.perf_counter()
+    optimize(mod, pipeline, arch, config.codegen_opt)
+    ll = str(mod) if keep_ll else None
+    t2 = time.perf_counter()
+    ptx = emit_ptx(mod, arch, config.codegen_opt, ir_ptx or DEFAULT_PTX)
+    t3 = time.perf_counter()
+    cubin = link_cubin(ptx, arch, config.codegen_opt, config.codegen_method, kernel=kernel_name)
+    t4 = time.perf_counter()
+    ck = CompiledKernel(
+        code_hash=key,
+        kernel_name=kernel_name,
+        arch=arch,
+        ptx=ptx,
+        cubin=cubin,
+        ll=ll,
+        specialization=spec.describe(),
+        preprocess_ir_time=t1 - t0,
+        opt_time=t2 - t1,
+        ptx_time=t3 - t2,
+        cubin_time=t4 - t3,
+    )
+    if store is not None:
+        store.put(ck)
+    return ck

@@ -1,0 +1,14 @@
+// Local memory (a private array written at a data-dependent index) and, under tight launch bounds,
+// register spills.
+__global__ void pressure(const float *in, float *out, int n, int k) {
+  float acc[48];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < 48; ++j) acc[j] = in[(i + j * 131) % n];
+  acc[(int)in[i] % 48] += 1.0f;
+#pragma unroll 1
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int j = 0; j < 48; ++j) acc[j] = acc[j] * acc[(j + 7) % 48] + acc[(j + 13) % 48];
+  out[i] = acc[k % 48] + acc[(k + 1) % 48];
+}
