@@ -1,0 +1,263 @@
+"""`mneme cc`: a drop-in CXX over clang++-22 in CUDA mode that embeds each translation unit's device
+LLVM bitcode in its object file.
+
+Per CUDA source it runs two compiles side by side: the ordinary one (host + device code, the user's
+flags) and a device-only one that writes pre-optimization bitcode, which is then placed in the
+object's `.mneme_ir` section (see mneme.build.embedded for the format). Links use the shared libcudart
+so that the recorder can interpose on it. `-v` or MNEME_CC_VERBOSE=1 prints every command run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from mneme.build import cmdline
+from mneme.build.cmdline import Invocation, Source
+from mneme.build.embedded import SECTION, archive_rdc_sections, pack_entry
+from mneme.build.toolchain import DEFAULT_ARCH, Toolchain, find_clang, find_ld
+from mneme.errors import MnemeError
+
+PROG = "mneme cc"
+
+
+class BuildError(MnemeError):
+    """A compile, embed or link step failed; the message names the file."""
+
+    def __init__(self, message: str, returncode: int = 1):
+        super().__init__(message)
+        self.returncode = returncode
+
+
+class Driver:
+    """Runs one `mneme cc` invocation: passes through, compiles (and embeds), or compiles and links."""
+
+    def __init__(self, inv: Invocation, tc: Toolchain, verbose: bool):
+        self.inv = inv
+        self.tc = tc
+        self.verbose = verbose
+        self.archs = inv.archs or [os.environ.get("MNEME_CUDA_ARCH", DEFAULT_ARCH)]
+        self.env = tc.env()
+
+    # ---- running commands ------------------------------------------------------------------------
+    def _show(self, cmd: Sequence[str]) -> None:
+        if self.verbose:
+            print(f"{PROG}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+
+    def run(self, cmd: Sequence[str], what: str) -> None:
+        self._show(cmd)
+        rc = subprocess.run(list(cmd), env=self.env).returncode
+        if rc != 0:
+            raise BuildError(f"{what} failed (exit {rc})", rc)
+
+    # ---- flags -----------------------------------------------------------------------------------
+    def _source_cmd(self, src: Source) -> List[str]:
+        """clang command prefix for `src`, before the user's flags."""
+        if src.lang == "cuda":
+            return [self.tc.clang] + self.tc.cuda_flags(self.archs)
+        if src.lang == "c":
+            return [self.tc.clang_c] + self.tc.host_flags()
+        if src.lang == "asm":
+            return [self.tc.clang_c]
+        return [self.tc.clang] + self.tc.host_flags()
+
+    def _lang(self, src: Source) -> List[str]:
+        return {"cuda": [], "c++": ["-x", "c++"], "c": ["-x", "c"], "asm": []}.get(src.lang, [])
+
+    def _user_flags(self) -> List[str]:
+        return self.inv.flags(("flag", "ir", "dep"))
+
+    # ---- steps -----------------------------------------------------------------------------------
+    def passthrough(self) -> None:
+        """-E, -M, -S, -emit-llvm, --cuda-device-only ...: clang with our flags, nothing embedded."""
+        out = ["-o", self.inv.output] if self.inv.output else []
+        for src in self.inv.sources:
+            cmd = self._source_cmd(src) + self._user_flags() + self._lang(src) + [src.path] + out
+            self.run(cmd, f"{src.path}: clang")
+
+    def _cuid(self, src: Source) -> List[str]:
+        """One compilation-unit id for both compiles of a CUDA source. clang derives the suffix of
+        externalized static device symbols (`_ZL6hiddenPi__intern__<hash>`, RDC) from it and by
+        default hashes the command line, which differs between the two compiles: the embedded IR would
+        then name those symbols differently from the binary. Deterministic, like clang's own."""
+        if any(a.startswith(("-cuid=", "-fuse-cuid=")) for a in self.inv.flags()):
+            return []
+        key = "\0".join([os.path.abspath(src.path)] + self.inv.flags(("flag", "ir")))
+        return [f"-cuid={hashlib.sha256(key.encode()).hexdigest()[:16]}"]
+
+    def compile(self, src: Source, obj: str, extra: Sequence[str] = ()) -> None:
+        if not os.path.exists(src.path):
+            raise BuildError(f"{src.path}: no such source file")
+        cuid = self._cuid(src) if src.lang == "cuda" else []
+        cmd = self._source_cmd(src) + self._user_flags() + list(extra) + cuid + self._lang(src)
+        cmd += ["-c", src.path, "-o", obj]
+        if src.lang != "cuda":
+            self.run(cmd, f"{src.path}: compile")
+            return
+        with tempfile.TemporaryDirectory(prefix="mneme-cc-") as tmp:
+            bc = os.path.join(tmp, "device.bc")
+            ir_cmd = [self.tc.clang] + self.tc.ir_flags(self.archs[0]) + self.inv.ir_flags() + cuid
+            ir_cmd += [src.path, "-o", bc]
+            self._show(ir_cmd)
+            ir_proc = subprocess.Popen(ir_cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            try:
+                self.run(cmd, f"{src.path}: compile")
+            finally:
+                ir_out = ir_proc.communicate()[0].decode(errors="replace")
+            if ir_proc.returncode != 0:
+                sys.stderr.write(ir_out)
+                _remove(obj)
+                raise BuildError(
+                    f"{src.path}: device bitcode compile failed (exit {ir_proc.returncode}); "
+                    f"command: {shlex.join(ir_cmd)}"
+                )
+            try:
+                self.embed(src, Path(bc).read_bytes(), obj, tmp)
+            except BaseException:
+                _remove(obj)
+                raise
+
+    def embed(self, src: Source, bitcode: bytes, obj: str, tmp: str) -> None:
+        """Merge a `.mneme_ir` entry into `obj` (relocatable link of obj + a one-section object)."""
+        with open(obj, "rb") as fh:
+            if fh.read(4) != b"\x7fELF":
+                raise BuildError(f"{obj}: not an ELF object (LTO bitcode objects cannot carry embedded IR: drop -flto)")
+        meta = {
+            "name": src.path,
+            "source": os.path.abspath(src.path),
+            "arch": self.archs[0],
+            "rdc": self.inv.is_rdc,
+            "cwd": os.getcwd(),
+            "flags": self.inv.ir_flags(),
+        }
+        ir_obj = self.section_object(pack_entry(bitcode, meta), tmp, src.path)
+        merged = obj + ".mneme-tmp"
+        try:
+            self.run([find_ld(), "-r", obj, ir_obj, "-o", merged], f"{obj}: embedding device bitcode")
+            os.replace(merged, obj)
+        finally:
+            _remove(merged)
+
+    def section_object(self, contents: bytes, tmp: str, label: str) -> str:
+        """An object file whose only content is a `.mneme_ir` section holding `contents`."""
+        fd, blob = tempfile.mkstemp(suffix=".bin", dir=tmp)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(contents)
+        asm = blob[: -len(".bin")] + ".s"
+        quoted = blob.replace("\\", "\\\\").replace('"', '\\"')
+        # "aR": allocated and SHF_GNU_RETAIN, so -Wl,--gc-sections keeps the unreferenced section.
+        Path(asm).write_text(
+            f'\t.section {SECTION},"aR",@progbits\n\t.p2align 3\n\t.incbin "{quoted}"\n'
+            '\t.section .note.GNU-stack,"",@progbits\n'
+        )
+        obj = blob[: -len(".bin")] + ".o"
+        self.run([self.tc.clang_c, "-c", "-x", "assembler", asm, "-o", obj], f"{label}: assembling its IR section")
+        return obj
+
+    def archive_ir(self, args: Sequence[str], tmp: str) -> List[str]:
+        """An extra link input carrying the IR of RDC members of the static archives being linked
+        (see embedded.archive_rdc_sections); [] when there are none."""
+        sections: List[bytes] = []
+        for archive in _static_archives(args):
+            sections += archive_rdc_sections(archive)
+        return [self.section_object(b"".join(sections), tmp, "archive device IR")] if sections else []
+
+    def compile_all(self) -> None:
+        for src in self.inv.sources:
+            self.compile(src, self.inv.output or cmdline.default_object(src.path))
+
+    def link(self) -> None:
+        out = self.inv.output or "a.out"
+        extra: List[str] = []
+        if self.inv.wants_deps and not self.inv.has("-MF"):
+            extra = ["-MF", str(Path(out).with_suffix(".d")) if Path(out).suffix else out + ".d", "-MT", out]
+        with tempfile.TemporaryDirectory(prefix="mneme-cc-") as tmp:
+            args: List[str] = []
+            sources = iter(self.inv.sources)
+            for n, (kind, group) in enumerate(self.inv.items):
+                if kind == "input":
+                    src = next(sources)
+                    obj = os.path.join(tmp, f"{n}-{Path(src.path).stem}.o")
+                    self.compile(src, obj, extra)
+                    args.append(obj)
+                elif kind != "dep":  # objects, libraries, flags; clang ignores the compile-only ones
+                    args += ["-lcudart" if a == "-lcudart_static" else a for a in group]
+            if self.inv.mode == "relocatable":
+                cmd = [self.tc.clang] + args + ["-o", out]
+            else:
+                cmd = [self.tc.clang] + args + self.archive_ir(args, tmp) + self.tc.link_flags() + ["-o", out]
+            self.run(cmd, f"linking {out}")
+
+
+def _static_archives(args: Sequence[str]) -> List[str]:
+    """Static archives a link command line names, as paths or as -l found in -L/LIBRARY_PATH
+    directories (where the linker would take lib<name>.so first, the archive is not used)."""
+    dirs = [a[2:] for a in args if a.startswith("-L") and len(a) > 2]
+    dirs += [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-L"]
+    dirs += [d for d in os.environ.get("LIBRARY_PATH", "").split(os.pathsep) if d]
+    found: List[str] = []
+    for i, a in enumerate(args):
+        if a.endswith(".a") and not a.startswith("-") and os.path.isfile(a):
+            found.append(a)
+            continue
+        if a.startswith("-l") and len(a) > 2:
+            name = a[2:]
+        elif a == "-l" and i + 1 < len(args):
+            name = args[i + 1]
+        else:
+            continue
+        candidates = [name[1:]] if name.startswith(":") else [f"lib{name}.so", f"lib{name}.a"]
+        for d in dirs:
+            hit = next((os.path.join(d, c) for c in candidates if os.path.isfile(os.path.join(d, c))), None)
+            if hit:
+                if hit.endswith(".a"):
+                    found.append(hit)
+                break
+    return found
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        inv = cmdline.parse(argv)
+        verbose = inv.verbose or os.environ.get("MNEME_CC_VERBOSE", "") not in ("", "0")
+        if inv.mode == "info":  # --version, -print-*, -dumpmachine: clang answers
+            return subprocess.run([find_clang()] + argv).returncode
+        driver = Driver(inv, Toolchain.locate(inv.cuda_path), verbose)
+        if inv.mode in ("preprocess", "asm"):
+            driver.passthrough()
+        elif inv.mode == "compile":
+            driver.compile_all()
+        else:
+            driver.link()
+        return 0
+    except BuildError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.returncode or 1
+    except MnemeError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def console_main() -> None:
+    """Entry point of the `mneme-cc` console script (CMake wants CXX to be a single executable)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console_main()
