@@ -1,0 +1,812 @@
+/* librecord: configuration, the raw log, kernel and variable registration, flushing, signals and exit.
+ *
+ * Configuration comes from environment variables that `mneme record` sets (mneme/record/runner.py):
+ *   MNEME_RECORD_DIR      raw output directory (unset: the library does nothing at all)
+ *   MNEME_RUN_ID          run identifier written to the log
+ *   MNEME_RECORD_RANKS    ranks to record ("all", "0,3", "0-3"; default 0)
+ *   MNEME_KERNELS         POSIX extended regex for kernels that are not in the kernel table
+ *   MNEME_KERNEL_TABLE    kernel table from the app's embedded IR (select.h)
+ *   MNEME_MAX_RECORDINGS  instances recorded per kernel (0: no limit)
+ *   MNEME_SKIP            launches of each kernel to let pass before recording
+ *   MNEME_VA_BASE/MNEME_VA_BYTES      device arena
+ *   MNEME_HOST_BASE/MNEME_HOST_BYTES  pinned host region
+ *   MNEME_EPILOGUE_FORMAT diff | bytes | best
+ *   MNEME_MAX_SAMPLES     in-app timing samples kept per instance
+ */
+#include "state.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MN_EXPORT __attribute__((visibility("default")))
+
+mn_state R = {.mu = PTHREAD_MUTEX_INITIALIZER, .device = -1, .log = {.fd = -1}};
+
+const char *const mn_skip_names[MN_SKIP_COUNT] = {
+    "graph_capture", "graph_node",    "driver_api", "other_device",   "capture_elsewhere",
+    "pending_error", "no_param_info", "failed",     "max_recordings", "skipped"};
+
+static pthread_once_t init_once_ = PTHREAD_ONCE_INIT;
+static char linebuf[1 << 16];        /* events written under R.mu */
+static char sigbuf[512];             /* the exit event written from a signal handler */
+static struct sigaction old_actions[NSIG];
+static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGTERM, SIGINT};
+static volatile sig_atomic_t in_signal;
+
+uint64_t mn_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* cheap enough for every launch; flushing needs no more */
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* real functions                                                                                 */
+
+void *mn_real_lookup(void **slot, const char *name) {
+  void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (p) return p;
+  p = dlsym(RTLD_NEXT, name);
+  if (!p) {
+    /* libcudart loaded without RTLD_GLOBAL (a dlopen'd plugin): ask it directly. */
+    static const char *libs[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+    for (size_t i = 0; i < sizeof libs / sizeof libs[0] && !p; i++) {
+      void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
+      if (h) {
+        p = dlsym(h, name);
+        dlclose(h);
+      }
+    }
+  }
+  if (!p) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "mneme record: cannot find the real %s (is the app linked against the shared libcudart?)\n", name);
+    if (write(2, msg, strlen(msg)) < 0) { /* nothing more to do */ }
+    abort();
+  }
+  __atomic_store_n(slot, p, __ATOMIC_RELEASE);
+  return p;
+}
+
+static void *libcuda;
+static char libcuda_error[512];
+static pthread_once_t libcuda_once = PTHREAD_ONCE_INIT;
+static CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static void load_libcuda(void) {
+  libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (libcuda) {
+    get_proc = (__typeof__(get_proc))dlsym(libcuda, "cuGetProcAddress_v2");
+  } else {
+    const char *e = dlerror();
+    snprintf(libcuda_error, sizeof libcuda_error, "%s", e ? e : "not found");
+  }
+}
+
+const char *mn_driver_missing(void) {
+  pthread_once(&libcuda_once, load_libcuda);
+  return libcuda ? NULL : libcuda_error;
+}
+
+void *mn_driver(const char *name, int version) {
+  if (mn_driver_missing()) return NULL;
+  void *fn = NULL;
+  if (get_proc) {
+    CUdriverProcAddressQueryResult st;
+    if (get_proc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS ||
+        st != CU_GET_PROC_ADDRESS_SUCCESS)
+      fn = NULL;
+  }
+  if (!fn) fn = dlsym(libcuda, name);
+  return fn;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* log                                                                                            */
+
+static void open_log(void) {
+  if (R.log_opened) return;
+  R.log_opened = 1;
+  if (mn_log_open(&R.log, R.logpath) != 0) {
+    R.incomplete = 1;
+    char msg[4608];
+    snprintf(msg, sizeof msg,
+             "mneme record: cannot write the record log %s (%s); the app continues, the record will be "
+             "incomplete\n",
+             R.logpath, strerror(R.log.err));
+    if (write(2, msg, strlen(msg)) < 0) { /* stderr closed */ }
+  }
+}
+
+void mn_log_event(mn_line *l) {
+  size_t n = mn_line_end(l);
+  open_log();
+  int was_failed = R.log.failed;
+  if (!n) {
+    char small[128];
+    mn_line e;
+    mn_line_begin(&e, small, sizeof small, "error");
+    mn_line_str(&e, "what", "event too long for the log; dropped");
+    n = mn_line_end(&e);
+    if (mn_log_write(&R.log, small, n)) R.incomplete = 1;
+    return;
+  }
+  if (mn_log_write(&R.log, l->buf, n)) {
+    R.incomplete = 1;
+    if (!was_failed && R.log.fd >= 0) {
+      char msg[4608];
+      snprintf(msg, sizeof msg,
+               "mneme record: writing %s failed (%s); the app continues, the record will be incomplete\n",
+               R.logpath, strerror(R.log.err));
+      if (write(2, msg, strlen(msg)) < 0) { /* stderr closed */ }
+    }
+  }
+}
+
+void mn_error(const char *what, const char *detail) {
+  mn_line l;
+  mn_line_begin(&l, linebuf, sizeof linebuf, "error");
+  mn_line_str(&l, "what", what);
+  if (detail) mn_line_str(&l, "detail", detail);
+  mn_log_event(&l);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "mneme record: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+  if (write(2, msg, strlen(msg)) < 0) { /* stderr closed */ }
+}
+
+void mn_warn_once(int *flag, const char *what, const char *detail) {
+  if (*flag) return;
+  *flag = 1;
+  mn_line l;
+  mn_line_begin(&l, linebuf, sizeof linebuf, "warning");
+  mn_line_str(&l, "what", what);
+  if (detail) mn_line_str(&l, "detail", detail);
+  mn_log_event(&l);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* configuration                                                                                  */
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 0);
+  if (errno || *end) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "mneme record: ignoring %s=%s (not a number)\n", name, v);
+    if (write(2, msg, strlen(msg)) < 0) { /* stderr closed */ }
+    return dflt;
+  }
+  return x;
+}
+
+static void env_str(const char *name, char *out, size_t cap, const char *dflt) {
+  const char *v = getenv(name);
+  snprintf(out, cap, "%s", v && *v ? v : dflt);
+}
+
+static void on_fatal_signal(int sig, siginfo_t *si, void *uc);
+
+static void install_signal_handlers(void) {
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
+    static char altstack[1 << 16];
+    stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack, .ss_flags = 0};
+    sigaltstack(&ss, NULL);
+  }
+  for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fatal_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(fatal_signals[i], &sa, &old_actions[fatal_signals[i]]);
+  }
+  /* A file-size limit must show as a failed write (the record is incomplete), not kill the app. */
+  signal(SIGXFSZ, SIG_IGN);
+}
+
+static void after_fork_in_child(void) {
+  /* CUDA does not survive fork; the child must not write into the parent's files. */
+  R.active = 0;
+}
+
+static void write_start_event(void) {
+  mn_line l;
+  mn_line_begin(&l, linebuf, sizeof linebuf, "start");
+  mn_line_u64(&l, "v", MN_RAW_VERSION);
+  mn_line_str(&l, "run", R.cfg.run_id);
+  mn_line_i64(&l, "pid", (int64_t)getpid());
+  mn_line_i64(&l, "rank", R.cfg.rank);
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  mn_line_str(&l, "host", host);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  mn_line_u64(&l, "time_ns", (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+  char exe[PATH_MAX] = "";
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) exe[n] = 0;
+  mn_line_str(&l, "exe", exe);
+  mn_line_hexaddr(&l, "va_base", R.cfg.va_base);
+  mn_line_u64(&l, "va_bytes", R.cfg.va_bytes);
+  mn_line_hexaddr(&l, "host_base", R.cfg.host_base);
+  mn_line_u64(&l, "host_bytes", R.cfg.host_bytes);
+  mn_line_i64(&l, "max_recordings", R.cfg.max_recordings);
+  mn_line_u64(&l, "skip", R.cfg.skip);
+  mn_line_u64(&l, "kernel_table", R.cfg.ktab.n);
+  mn_log_event(&l);
+}
+
+static void init_once(void) {
+  const char *dir = getenv("MNEME_RECORD_DIR");
+  if (!dir || !*dir) return;
+  mn_config *c = &R.cfg;
+  snprintf(c->dir, sizeof c->dir, "%s", dir);
+  env_str("MNEME_RUN_ID", c->run_id, sizeof c->run_id, "");
+  env_str("MNEME_RECORD_RANKS", c->ranks, sizeof c->ranks, "0");
+  c->rank = mn_rank_from_env();
+  int sel = mn_rank_selected(c->ranks, c->rank);
+  if (sel < 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "mneme record: MNEME_RECORD_RANKS=%s is malformed; recording rank 0 only\n", c->ranks);
+    if (write(2, msg, strlen(msg)) < 0) { /* stderr closed */ }
+    sel = mn_rank_selected("0", c->rank);
+  }
+  if (sel != 1) return;
+  c->max_recordings = (int)env_u64("MNEME_MAX_RECORDINGS", 10);
+  c->skip = env_u64("MNEME_SKIP", 0);
+  c->va_base = env_u64("MNEME_VA_BASE", MN_DEFAULT_VA_BASE);
+  c->va_bytes = env_u64("MNEME_VA_BYTES", MN_DEFAULT_VA_BYTES);
+  c->host_base = env_u64("MNEME_HOST_BASE", MN_DEFAULT_HOST_BASE);
+  c->host_bytes = env_u64("MNEME_HOST_BYTES", MN_DEFAULT_HOST_BYTES);
+  c->max_samples = (uint32_t)env_u64("MNEME_MAX_SAMPLES", 1000);
+  char fmt[16];
+  env_str("MNEME_EPILOGUE_FORMAT", fmt, sizeof fmt, "diff");
+  c->epilogue_format = strcmp(fmt, "bytes") == 0 ? 1 : strcmp(fmt, "best") == 0 ? 2 : 0;
+
+  int rank = c->rank < 0 ? 0 : c->rank;
+  snprintf(R.logpath, sizeof R.logpath, "%s/r%d-p%ld.jsonl", c->dir, rank, (long)getpid());
+
+  pthread_mutex_lock(&R.mu);
+  R.active = 1;
+  char err[512] = "";
+  const char *tab = getenv("MNEME_KERNEL_TABLE");
+  int tab_failed = tab && *tab && mn_ktab_load(&c->ktab, tab, err, sizeof err) != 0;
+  const char *rx = getenv("MNEME_KERNELS");
+  int rx_failed = 0;
+  if (rx && *rx) {
+    rx_failed = regcomp(&c->regex, rx, REG_EXTENDED | REG_NOSUB) != 0;
+    c->have_regex = !rx_failed;
+  }
+  write_start_event();
+  if (tab_failed) mn_error("cannot read the kernel table; pointer arguments are found by value", err);
+  if (rx_failed) mn_error("MNEME_KERNELS is not a POSIX extended regex; recording every kernel", rx);
+  pthread_mutex_unlock(&R.mu);
+  pthread_atfork(NULL, NULL, after_fork_in_child);
+  install_signal_handlers();
+}
+
+void mn_init(void) { pthread_once(&init_once_, init_once); }
+
+/* Nothing happens at load time: configuration is read on the first CUDA call, so processes that never
+ * use CUDA (shells, launchers) are untouched even though LD_PRELOAD reaches them. */
+
+/* ---------------------------------------------------------------------------------------------- */
+/* kernels                                                                                        */
+
+/* Open-addressing maps from pointers to kernels (stubs and kernel handles). */
+typedef struct pmap { const void **keys; mn_kernel **vals; size_t cap, n; } pmap;
+static pmap by_stub, by_handle, by_name; /* by_name is keyed by the name's 64-bit hash */
+
+static size_t slot_of(const void *key, size_t cap) {
+  uint64_t x = (uint64_t)(uintptr_t)key;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return (size_t)(x & (cap - 1));
+}
+
+static mn_kernel *pmap_get(const pmap *m, const void *key) {
+  if (!m->cap) return NULL;
+  for (size_t i = slot_of(key, m->cap);; i = (i + 1) & (m->cap - 1)) {
+    if (!m->keys[i]) return NULL;
+    if (m->keys[i] == key) return m->vals[i];
+  }
+}
+
+static int pmap_put(pmap *m, const void *key, mn_kernel *val) {
+  if ((m->n + 1) * 2 > m->cap) {
+    size_t ncap = m->cap ? m->cap * 2 : 256;
+    const void **nk = calloc(ncap, sizeof *nk);
+    mn_kernel **nv = calloc(ncap, sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->keys[i]) continue;
+      size_t j = slot_of(m->keys[i], ncap);
+      while (nk[j]) j = (j + 1) & (ncap - 1);
+      nk[j] = m->keys[i];
+      nv[j] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = nk;
+    m->vals = nv;
+    m->cap = ncap;
+  }
+  size_t i = slot_of(key, m->cap);
+  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  if (!m->keys[i]) m->n++;
+  m->keys[i] = key;
+  m->vals[i] = val;
+  return 0;
+}
+
+static const void *name_key(const char *name) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  return (const void *)(uintptr_t)(h | 1); /* never NULL */
+}
+
+mn_kernel *mn_kernel_by_stub(const void *stub) { return pmap_get(&by_stub, stub); }
+mn_kernel *mn_kernel_by_handle(const void *handle) { return pmap_get(&by_handle, handle); }
+
+mn_kernel *mn_kernel_by_name(const char *name, int create) {
+  const void *key = name_key(name);
+  mn_kernel *k = pmap_get(&by_name, key);
+  if (k && strcmp(k->name, name) == 0) return k;
+  if (k) { /* 64-bit hash collision: fall back to a scan */
+    for (k = R.kernels; k; k = k->next)
+      if (strcmp(k->name, name) == 0) return k;
+  }
+  if (!create) return NULL;
+  k = calloc(1, sizeof *k);
+  if (!k) return NULL;
+  k->name = strdup(name);
+  if (!k->name) {
+    free(k);
+    return NULL;
+  }
+  k->id = R.nkernels++;
+  k->selected = -1;
+  k->next = R.kernels;
+  R.kernels = k;
+  if (!pmap_get(&by_name, key)) pmap_put(&by_name, key, k);
+  return k;
+}
+
+void mn_kernel_announce(mn_kernel *k) {
+  if (k->announced) return;
+  k->announced = 1;
+  mn_line l;
+  mn_line_begin(&l, linebuf, sizeof linebuf, "kernel");
+  mn_line_u64(&l, "k", k->id);
+  mn_line_str(&l, "name", k->name);
+  mn_log_event(&l);
+}
+
+static char *demangle(const char *name) {
+  static char *(*cxa)(const char *, char *, size_t *, int *);
+  static int looked;
+  if (!looked) {
+    looked = 1;
+    cxa = (__typeof__(cxa))dlsym(RTLD_DEFAULT, "__cxa_demangle");
+  }
+  if (!cxa || strncmp(name, "_Z", 2) != 0) return NULL;
+  int status = 0;
+  char *d = cxa(name, NULL, NULL, &status);
+  if (status != 0) {
+    free(d);
+    return NULL;
+  }
+  return d;
+}
+
+int mn_kernel_selected(mn_kernel *k) {
+  if (k->selected >= 0) return k->selected;
+  if (!k->tab_checked) {
+    k->tab_checked = 1;
+    k->tab = mn_ktab_find(&R.cfg.ktab, k->name);
+  }
+  if (k->tab) {
+    k->selected = k->tab->selected;
+  } else if (R.cfg.have_regex) {
+    int hit = regexec(&R.cfg.regex, k->name, 0, NULL, 0) == 0;
+    if (!hit) {
+      char *d = demangle(k->name);
+      if (d) {
+        hit = regexec(&R.cfg.regex, d, 0, NULL, 0) == 0;
+        free(d);
+      }
+    }
+    k->selected = hit;
+  } else {
+    k->selected = 1;
+  }
+  return k->selected;
+}
+
+void mn_kernel_skip(mn_kernel *k, int why) {
+  k->stats_dirty = 1;
+  if (k->skips[why]++ == 0 && why <= MN_SKIP_OTHER_DEVICE) {
+    mn_kernel_announce(k);
+    mn_line l;
+    mn_line_begin(&l, linebuf, sizeof linebuf, "unsupported");
+    mn_line_u64(&l, "k", k->id);
+    mn_line_str(&l, "why", mn_skip_names[why]);
+    mn_log_event(&l);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* registration (called by every CUDA translation unit's module constructor)                      */
+
+MN_EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
+                                      const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
+                                      dim3 *bDim, dim3 *gDim, int *wSize) {
+  mn_init();
+  REAL(__cudaRegisterFunction)(fatCubinHandle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
+  if (!R.active || !deviceName) return;
+  pthread_mutex_lock(&R.mu);
+  mn_kernel *k = mn_kernel_by_name(deviceName, 1);
+  if (k) {
+    if (!k->stub) k->stub = hostFun;
+    pmap_put(&by_stub, hostFun, k);
+    mn_kernel_announce(k);
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+static void add_var(const void *host, const char *name, size_t size, int constant, int managed) {
+  if (!R.active || !name) return;
+  pthread_mutex_lock(&R.mu);
+  if (R.nvars == R.capvars) {
+    size_t ncap = R.capvars ? R.capvars * 2 : 64;
+    mn_gvar *nv = realloc(R.vars, ncap * sizeof *nv);
+    if (!nv) {
+      pthread_mutex_unlock(&R.mu);
+      return;
+    }
+    R.vars = nv;
+    R.capvars = ncap;
+  }
+  mn_gvar *v = &R.vars[R.nvars];
+  memset(v, 0, sizeof *v);
+  v->host = host;
+  v->name = strdup(name);
+  v->size = size;
+  v->is_const = constant;
+  v->managed = managed;
+  if (v->name) {
+    R.nvars++;
+    mn_line l;
+    mn_line_begin(&l, linebuf, sizeof linebuf, "var");
+    mn_line_str(&l, "name", name);
+    mn_line_u64(&l, "size", size);
+    mn_line_u64(&l, "const", (uint64_t)!!constant);
+    mn_line_u64(&l, "managed", (uint64_t)!!managed);
+    mn_log_event(&l);
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+MN_EXPORT void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName,
+                                 int ext, size_t size, int constant, int global) {
+  mn_init();
+  REAL(__cudaRegisterVar)(fatCubinHandle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
+  add_var(hostVar, deviceName, size, constant, 0);
+}
+
+MN_EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, char *deviceAddress,
+                                        const char *deviceName, int ext, size_t size, int constant, int global) {
+  mn_init();
+  REAL(__cudaRegisterManagedVar)(fatCubinHandle, hostVarPtrAddress, deviceAddress, deviceName, ext, size, constant, global);
+  add_var(hostVarPtrAddress, deviceName, size, constant, 1);
+}
+
+/* nvcc-built stubs launch through a kernel handle obtained here (crt/host_runtime.h). */
+extern cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *func);
+MN_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *func) {
+  mn_init();
+  cudaError_t r = REAL(__cudaGetKernel)(kernel, func);
+  if (r == cudaSuccess && R.active && kernel && *kernel) {
+    pthread_mutex_lock(&R.mu);
+    mn_kernel *k = mn_kernel_by_stub(func);
+    if (k) pmap_put(&by_handle, (const void *)*kernel, k);
+    pthread_mutex_unlock(&R.mu);
+  }
+  return r;
+}
+
+/* The app's module destructors run this while the runtime is still alive: a good moment to read the
+ * timing events of launches still in flight (a plugin may also be unloaded mid-run: no exit here). */
+MN_EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle) {
+  mn_init();
+  if (R.active) {
+    pthread_mutex_lock(&R.mu);
+    if (!R.exited && R.arena_state > 0) mn_flush(1, 1);
+    pthread_mutex_unlock(&R.mu);
+  }
+  REAL(__cudaUnregisterFatBinary)(fatCubinHandle);
+}
+
+void mn_resolve_vars(void) {
+  if (R.vars_resolved == (int)R.nvars) return;
+  for (size_t i = 0; i < R.nvars; i++) {
+    mn_gvar *v = &R.vars[i];
+    if (v->resolved) continue;
+    void *addr = NULL;
+    if (v->managed) {
+      addr = *(void *const *)v->host; /* the runtime stores the managed allocation there */
+      v->resolved = addr ? 1 : -1;
+    } else if (REAL(cudaGetSymbolAddress)(&addr, v->host) == cudaSuccess) {
+      v->resolved = 1;
+    } else {
+      REAL(cudaGetLastError)(); /* our failed query must not show up as the app's error */
+      v->resolved = -1;
+    }
+    v->addr = (uint64_t)(uintptr_t)addr;
+    mn_line l;
+    mn_line_begin(&l, linebuf, sizeof linebuf, "varaddr");
+    mn_line_str(&l, "name", v->name);
+    if (v->resolved > 0) mn_line_hexaddr(&l, "addr", v->addr);
+    else mn_line_str(&l, "addr", NULL);
+    mn_log_event(&l);
+  }
+  R.vars_resolved = (int)R.nvars;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* provenance                                                                                     */
+
+static int write_object(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  (void)data;
+  const char *name = info->dlpi_name;
+  char exe[PATH_MAX];
+  if (!name || !*name) {
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = 0;
+    name = exe;
+  }
+  if (strstr(name, "linux-vdso") || strstr(name, "linux-gate")) return 0;
+  /* each object once per process (this runs at the first launch and again at exit) */
+  static uint64_t seen[512];
+  static size_t nseen;
+  uint64_t key = (uint64_t)(uintptr_t)name_key(name);
+  for (size_t i = 0; i < nseen; i++)
+    if (seen[i] == key) return 0;
+  if (nseen < sizeof seen / sizeof seen[0]) seen[nseen++] = key;
+  mn_line l;
+  mn_line_begin(&l, linebuf, sizeof linebuf, "object");
+  mn_line_str(&l, "path", name);
+  mn_log_event(&l);
+  return 0;
+}
+
+/* Every ELF object loaded now: mneme record reads the embedded IR of the app and its libraries. */
+static void write_objects(void) { dl_iterate_phdr(write_object, NULL); }
+
+void mn_write_provenance(void) {
+  if (R.provenance_written) return;
+  R.provenance_written = 1;
+  mn_line l;
+  mn_line_begin(&l, linebuf, sizeof linebuf, "device");
+  int dev = -1, drv = 0, rt = 0;
+  REAL(cudaGetDevice)(&dev);
+  REAL(cudaDriverGetVersion)(&drv);
+  REAL(cudaRuntimeGetVersion)(&rt);
+  mn_line_i64(&l, "device", dev);
+  struct cudaDeviceProp p;
+  memset(&p, 0, sizeof p);
+  if (REAL(cudaGetDeviceProperties)(&p, dev) == cudaSuccess) {
+    p.name[sizeof p.name - 1] = 0;
+    mn_line_str(&l, "gpu", p.name);
+    char sm[16];
+    snprintf(sm, sizeof sm, "sm_%d%d", p.major, p.minor);
+    mn_line_str(&l, "sm", sm);
+    mn_line_u64(&l, "sms", (uint64_t)p.multiProcessorCount);
+    mn_line_u64(&l, "mem", (uint64_t)p.totalGlobalMem);
+    mn_line_hex(&l, "uuid", p.uuid.bytes, sizeof p.uuid.bytes);
+    mn_line_u64(&l, "host_ptr_registered", (uint64_t)p.canUseHostPointerForRegisteredMem);
+  } else {
+    REAL(cudaGetLastError)();
+  }
+  mn_line_i64(&l, "driver", drv);
+  mn_line_i64(&l, "runtime", rt);
+  CUresult (*get_version)(int *) = mn_driver("cuDriverGetVersion", 2020);
+  int cuv = 0;
+  if (get_version && get_version(&cuv) == CUDA_SUCCESS) mn_line_i64(&l, "cu_driver", cuv);
+  mn_log_event(&l);
+  write_objects();
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* flushing, exit, signals                                                                        */
+
+static void write_kstats(void) {
+  for (mn_kernel *k = R.kernels; k; k = k->next) {
+    if (!k->stats_dirty) continue;
+    k->stats_dirty = 0;
+    mn_kernel_announce(k);
+    char skips[1024];
+    size_t n = 0;
+    skips[n++] = '{';
+    for (int i = 0; i < MN_SKIP_COUNT; i++) {
+      if (!k->skips[i]) continue;
+      char num[24];
+      mn_fmt_u64(num, k->skips[i]);
+      int w = snprintf(skips + n, sizeof skips - n, "%s\"%s\":%s", n > 1 ? "," : "", mn_skip_names[i], num);
+      if (w < 0 || (size_t)w >= sizeof skips - n - 2) break;
+      n += (size_t)w;
+    }
+    skips[n++] = '}';
+    skips[n] = 0;
+    mn_line l;
+    mn_line_begin(&l, linebuf, sizeof linebuf, "kstat");
+    mn_line_u64(&l, "k", k->id);
+    mn_line_u64(&l, "launches", k->launches);
+    mn_line_u64(&l, "recorded_launches", k->recorded_launches);
+    mn_line_u64(&l, "instances", k->ninst_recorded);
+    mn_line_raw(&l, "skips", skips);
+    mn_log_event(&l);
+  }
+}
+
+void mn_flush(int resolve_events, int wait) {
+  if (resolve_events) mn_resolve_pending(wait);
+  mn_emit_occurrences(0);
+  write_kstats();
+  R.launches_since_flush = 0;
+  R.last_flush_ns = mn_now_ns();
+}
+
+static void write_exit_event(const char *how, int sig, char *buf, size_t cap) {
+  mn_line l;
+  mn_line_begin(&l, buf, cap, "exit");
+  mn_line_str(&l, "how", how);
+  if (sig) mn_line_i64(&l, "signal", sig);
+  mn_line_u64(&l, "incomplete", (uint64_t)R.incomplete);
+  mn_line_u64(&l, "stored_bytes", R.stored_bytes);
+  size_t n = mn_line_end(&l);
+  if (n) {
+    open_log();
+    if (mn_log_write(&R.log, buf, n)) R.incomplete = 1;
+  }
+}
+
+static void flush_at_exit(const char *how) {
+  pthread_mutex_lock(&R.mu);
+  if (R.active && !R.exited) {
+    R.exited = 1;
+    mn_flush(1, 1);
+    if (R.provenance_written) write_objects();
+    mn_memory_at_exit();
+    write_exit_event(how, 0, linebuf, sizeof linebuf);
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+static void at_exit(void) { flush_at_exit("exit"); }
+
+void mn_exit_hook_arm(void) {
+  /* Registered after the runtime initialised, so it runs before the runtime's own teardown. */
+  if (R.exit_hook) return;
+  R.exit_hook = 1;
+  atexit(at_exit);
+}
+
+__attribute__((destructor)) static void at_unload(void) {
+  /* Last resort when exit handlers did not run (the runtime may be gone: no CUDA calls here). */
+  if (!R.active || R.exited || in_signal) return;
+  if (pthread_mutex_trylock(&R.mu) != 0) return;
+  if (!R.exited) {
+    R.exited = 1;
+    mn_emit_occurrences(0);
+    write_kstats();
+    write_exit_event("unload", 0, linebuf, sizeof linebuf);
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+static void on_fatal_signal(int sig, siginfo_t *si, void *uc) {
+  int saved_errno = errno;
+  if (R.active && !R.exited && !in_signal) {
+    in_signal = 1;
+    /* No locks and no CUDA here: counts written so far plus the current ones, from static memory. */
+    mn_emit_occurrences(1);
+    write_exit_event("signal", sig, sigbuf, sizeof sigbuf);
+    in_signal = 0;
+  }
+  struct sigaction *old = &old_actions[sig];
+  void (*h)(int) = old->sa_handler;
+  if (h == SIG_IGN) {
+    /* the app ignores it */
+  } else if (h == SIG_DFL) {
+    sigaction(sig, old, NULL);
+    raise(sig); /* delivered when this handler returns (or at once for a fault that repeats) */
+  } else if (old->sa_flags & SA_SIGINFO) {
+    old->sa_sigaction(sig, si, uc);
+  } else {
+    h(sig);
+  }
+  errno = saved_errno;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* texture and surface objects: handles alive now                                                 */
+
+static void texhandle_add(unsigned long long h) {
+  pthread_mutex_lock(&R.mu);
+  if (R.ntex == R.captex) {
+    size_t ncap = R.captex ? R.captex * 2 : 16;
+    unsigned long long *n = realloc(R.texhandles, ncap * sizeof *n);
+    if (!n) {
+      pthread_mutex_unlock(&R.mu);
+      return;
+    }
+    R.texhandles = n;
+    R.captex = ncap;
+  }
+  R.texhandles[R.ntex++] = h;
+  pthread_mutex_unlock(&R.mu);
+}
+
+static void texhandle_del(unsigned long long h) {
+  pthread_mutex_lock(&R.mu);
+  for (size_t i = 0; i < R.ntex; i++) {
+    if (R.texhandles[i] == h) {
+      R.texhandles[i] = R.texhandles[--R.ntex];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+int mn_texhandle_live(unsigned long long h) {
+  for (size_t i = 0; i < R.ntex; i++)
+    if (R.texhandles[i] == h) return 1;
+  return 0;
+}
+
+MN_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struct cudaResourceDesc *pResDesc,
+                                              const struct cudaTextureDesc *pTexDesc,
+                                              const struct cudaResourceViewDesc *pResViewDesc) {
+  mn_init();
+  cudaError_t r = REAL(cudaCreateTextureObject)(pTexObject, pResDesc, pTexDesc, pResViewDesc);
+  if (r == cudaSuccess && R.active && pTexObject) texhandle_add(*pTexObject);
+  return r;
+}
+
+MN_EXPORT cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject) {
+  mn_init();
+  if (R.active) texhandle_del(texObject);
+  return REAL(cudaDestroyTextureObject)(texObject);
+}
+
+MN_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc) {
+  mn_init();
+  cudaError_t r = REAL(cudaCreateSurfaceObject)(pSurfObject, pResDesc);
+  if (r == cudaSuccess && R.active && pSurfObject) texhandle_add(*pSurfObject);
+  return r;
+}
+
+MN_EXPORT cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject) {
+  mn_init();
+  if (R.active) texhandle_del(surfObject);
+  return REAL(cudaDestroySurfaceObject)(surfObject);
+}

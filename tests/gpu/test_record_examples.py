@@ -1,0 +1,173 @@
+"""`mneme record` on every example (recorded once per session by tests/gpu/conftest.py): the apps'
+checksums are unchanged, the DBs hold the expected kernels, instances, occurrences and provenance, the
+epilogue differs from the prologue exactly where the kernel writes, and the launch paths mneme cannot
+replay are reported."""
+
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+BIN = Path(__file__).resolve().parents[2] / "examples" / "bin"
+
+#: demangled-name prefixes of the kernels each example launches
+KERNELS: Dict[str, List[str]] = {
+    "vecadd": ["vecAdd"],
+    "stencil2d": ["stencil2d"],
+    "matmul": ["matmulDynamic", "matmulPanel", "matmulStatic"],
+    "reduce": ["reduceSum"],
+    "rdc": ["rdcApply"],
+    "structarg": ["structArg"],
+    "manylaunch": ["scaleAdd"],
+    "ptrglobal": ["ptrGlobal"],
+    "pinned": ["readPinned", "scaleMapped"],
+    "launchex": ["exScale"],
+    "cooperative": ["coopSum"],
+    "shlib": ["shlibOffset", "shlibScale"],
+}
+
+
+def checksum(text: str) -> str:
+    m = re.search(r"checksum=(\S+)", text)
+    assert m, f"no checksum in:\n{text}"
+    return m.group(1)
+
+
+def plain(argv: List[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=120)
+
+
+def dbs_of(rec) -> Dict[str, object]:
+    from mneme.record.db import RecordedExecution
+
+    out = {}
+    for p in rec.dbs():
+        db = RecordedExecution.from_json(str(p))
+        out[db.demangled_name.split("(")[0]] = db
+    return out
+
+
+def read_pair(inst):
+    from mneme.snapshot import Snapshot
+
+    return Snapshot.read(inst.prologue_fn), Snapshot.read(inst.epilogue_fn)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_recording_leaves_the_apps_result_unchanged(small_recordings, name):
+    rec = small_recordings[name]
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    assert checksum(rec.stdout) == checksum(plain(rec.argv).stdout)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_each_example_records_its_kernels_with_ir_and_provenance(small_recordings, name):
+    rec = small_recordings[name]
+    dbs = dbs_of(rec)
+    assert sorted(dbs) == KERNELS[name], rec.stdout
+    for kname, db in dbs.items():
+        assert db.replayable and db.complete, (kname, db.not_replayable_reason)
+        assert len(db) >= 1 and all(i.occ >= 1 and i.in_app_time_ns > 0 for i in db.values())
+        (ir,) = db.llvm_files
+        assert Path(ir).is_file() and Path(ir).name == f"RecordedIR_{db.static_hash}.bc"
+        assert db.vaddr == 0x153940000000 and db.va_size == 4 << 30
+        prov = db.provenance
+        assert "H200" in prov["gpu"] and prov["sm"] == "sm_90"
+        assert prov["driver"] >= 13000 and prov["runtime"] >= 13000
+        assert prov["runs"][0]["app_exit"] == "exited"
+        assert kname in rec.stdout, "the summary names every kernel"
+
+
+def test_manylaunch_has_three_instances_of_five_launches(small_recordings):
+    db = dbs_of(small_recordings["manylaunch"])["scaleAdd"]
+    assert len(db) == 3
+    assert sorted(i.occ for i in db.values()) == [5, 5, 5]
+    assert sorted(i.grid_dim.x for i in db.values()) == [4, 8, 16]
+    assert all(len(i.in_app_times_ns) == 5 for i in db.values()), "every launch is timed"
+    scalars = sorted(struct.unpack("<f", bytes.fromhex(i.args[2]))[0] for i in db.values())
+    assert scalars == [0.5, 1.0, 1.5]
+
+
+def test_vecadd_epilogue_is_the_prologue_plus_exactly_the_sum(small_recordings):
+    db = dbs_of(small_recordings["vecadd"])["vecAdd"]
+    (inst,) = db.values()
+    pro, epi = read_pair(inst)
+    changed = {blob.addr: blob.ranges for blob in epi.blobs}  # before apply(), which rewrites epi to BYTES
+    full = epi.apply(pro)
+    a, b, c = (struct.unpack("<Q", bytes.fromhex(inst.args[i]))[0] for i in range(3))
+    n = struct.unpack("<i", bytes.fromhex(inst.args[3]))[0]
+    A, B = (struct.unpack(f"<{n}f", bytes(pro.find_blob(x).contents)[: 4 * n]) for x in (a, b))
+    C = struct.unpack(f"<{n}f", bytes(full.find_blob(c).contents)[: 4 * n])
+    assert all(struct.pack("<f", x + y) == struct.pack("<f", z) for x, y, z in zip(A, B, C))
+    assert changed[a] == [] and changed[b] == [], "inputs are not written"
+    assert sum(n_ for _, n_ in changed[c]) <= 4 * n and changed[c], "only the output changes"
+    assert {blob.addr for blob in pro.blobs} == {a, b, c}
+
+
+def test_ptrglobal_records_the_pointer_globals_with_relocations(small_recordings):
+    db = dbs_of(small_recordings["ptrglobal"])["ptrGlobal"]
+    (inst,) = db.values()
+    pro, epi = read_pair(inst)
+    g_ptr = pro.find_variable("g_ptr")
+    assert g_ptr is not None and [(r.offset, r.target, r.target_offset) for r in g_ptr.relocs] == [(0, "g_value", 0)]
+    target = pro.find_variable("g_value")
+    assert struct.unpack("<Q", bytes(g_ptr.contents))[0] == target.addr
+    full = epi.apply(pro)
+    assert bytes(full.find_variable("g_value").contents) != bytes(target.contents), "the kernel writes g_value"
+
+
+def test_pinned_host_memory_is_recorded_as_host_blobs(small_recordings):
+    from mneme.snapshot import Space
+
+    db = dbs_of(small_recordings["pinned"])["readPinned"]
+    (inst,) = db.values()
+    pro, _ = read_pair(inst)
+    host = [b for b in pro.blobs if b.space == Space.HOST_PINNED]
+    assert host and all(b.addr >= 0x100000000000 and b.addr < 0x100000000000 + (1 << 30) for b in host)
+
+
+def test_launch_attributes_are_kept(small_recordings):
+    coop = dbs_of(small_recordings["cooperative"])["coopSum"]
+    (dh,) = list(coop)
+    assert coop.extra["InstanceAttributes"][dh]["Cooperative"] is True
+    ex = dbs_of(small_recordings["launchex"])["exScale"]
+    (dh,) = list(ex)
+    assert ex.extra["InstanceAttributes"][dh]["Api"] == "cudaLaunchKernelEx"
+
+
+def test_struct_padding_and_pointers_are_masked_from_the_instance_key(small_recordings):
+    db = dbs_of(small_recordings["structarg"])["structArg"]
+    (dh,) = list(db)
+    attrs = db.extra["InstanceAttributes"][dh]
+    assert attrs["MaskSource"] == "ir" and [20, 4] in attrs["MaskedBytes"], "float3 is followed by 4 padding bytes"
+
+
+def test_unsupported_launch_paths_are_reported(unsupported_recordings):
+    graph = unsupported_recordings["graph"]
+    assert graph.returncode == 0 and checksum(graph.stdout) == checksum(plain(graph.argv).stdout)
+    db = dbs_of(graph)["graphStep"]
+    assert db.extra["UnsupportedLaunches"].get("graph_capture", 0) >= 1
+    assert "CUDA graph" in graph.stdout
+
+    drv = unsupported_recordings["driverapi"]
+    assert drv.returncode == 0 and checksum(drv.stdout) == checksum(plain(drv.argv).stdout)
+    db = dbs_of(drv)["driverScale"]
+    assert len(db) == 0 and not db.replayable and db.extra["UnsupportedLaunches"] == {"driver_api": 1}
+    assert "driver API" in db.not_replayable_reason
+
+    tex = unsupported_recordings["texture"]
+    db = dbs_of(tex)["textureRead"]
+    assert not db.replayable and "texture" in db.not_replayable_reason
+
+    managed = unsupported_recordings["managed"]
+    assert managed.returncode == 0 and checksum(managed.stdout) == checksum(plain(managed.argv).stdout)
+    (db,) = dbs_of(managed).values()
+    assert not db.replayable and "managed memory" in db.not_replayable_reason
+    assert "NOT replayable" in managed.stdout
