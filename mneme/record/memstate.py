@@ -51,7 +51,7 @@ from mneme.snapshot import (
     elem_code,
 )
 
-__all__ = ["SnapshotType", "MemState", "Check", "Difference", "CompareReport", "verification_plan"]
+__all__ = ["SnapshotType", "MemState", "Check", "Difference", "CompareReport", "verification_plan", "written_state"]
 
 
 @dataclass(frozen=True)
@@ -282,13 +282,13 @@ class MemState:
                 with Snapshot.read(self.prologue_fn) as pro:
                     if pro.kind != SnapshotType.PROLOGUE:
                         raise SnapshotError(f"{self.prologue_fn}: not a prologue (kernel {self.kernel_name})")
-                    self._written, self._written_vars = _written(snap, pro)
+                    self._written, self._written_vars = written_state(snap, pro)
                     snap.apply(pro)
             elif snap.kind == SnapshotType.EPILOGUE:
                 if not snap.is_full:
                     raise SnapshotError(f"{self.fn}: the epilogue of {self.kernel_name} is stored as a diff; "
                                         "give its prologue (prologue_fn) to open it")
-                self._written, self._written_vars = _written(snap, None)
+                self._written, self._written_vars = written_state(snap, None)
         except BaseException:
             snap.close()
             raise
@@ -381,7 +381,7 @@ class MemState:
         return f"MemState({self.fn!r}, {self.kernel_name!r}, {self.s_type.name}, {state})"
 
 
-def _written(epi: Snapshot, pro: Optional[Snapshot]) -> Tuple[List[Tuple[int, int]], Dict[str, List[Tuple[int, int]]]]:
+def written_state(epi: Snapshot, pro: Optional[Snapshot]) -> Tuple[List[Tuple[int, int]], Dict[str, List[Tuple[int, int]]]]:
     """What the kernel wrote, from the epilogue before apply: the diff's ranges, or a diff against the
     prologue's bytes, or (no prologue) everything."""
     ranges: List[Tuple[int, int]] = []
