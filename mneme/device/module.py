@@ -271,6 +271,10 @@ class DeviceFunction:
         return a, (a.params if len(a) else ffi.NULL), len(a)
 
     # -- running
+    def set_cooperative(self, cooperative: bool = True) -> None:
+        """Launch through cuLaunchCooperativeKernel (kernels that synchronize the whole grid)."""
+        check(lib()[1].mnc_function_set_cooperative(self._handle(), int(bool(cooperative))))
+
     def launch(self, grid: Dims, block: Dims, shared_mem: int = 0, args: Any = None) -> None:
         """Launches once and waits (the watchdog bounds the wait)."""
         keep, params, n = self._args(args)

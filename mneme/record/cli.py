@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="epilogue storage: diff (changed byte ranges), bytes, or best (smaller of the two)")
     parser.add_argument("--record-ranks", default="0", metavar="R",
                         help="MPI ranks to record: 'all' or a list such as 0,3 or 0-3 (default 0)")
+    parser.add_argument("--retime", type=int, default=10, metavar="N",
+                        help="time each new instance N more times on its restored prologue, so the in-app median "
+                             "is not one cold launch (0: only the recorded launch; default 10)")
     parser.add_argument("--keep-raw", action="store_true", help="keep the recorder's raw log next to the DB")
     parser.add_argument("--quiet", action="store_true", help="no progress while the app runs")
     parser.add_argument("app", nargs=argparse.REMAINDER, help="-- then the app and its arguments")
@@ -51,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         skip=args.skip,
         va_size_gib=args.va_size,
         epilogue_format=args.epilogue_format,
+        retime=args.retime,
         record_ranks=args.record_ranks,
         va_base=args.va_base,
         pinned_size_gib=args.pinned_size,

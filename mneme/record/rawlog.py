@@ -171,6 +171,8 @@ def _apply(log: ProcessLog, ev: Dict[str, Any]) -> None:
             texture_words=list(ev.get("tex", [])),
             stored_bytes=int(ev.get("pro_bytes", 0)) + int(ev.get("epi_bytes", 0)),
             blob_bytes=int(ev.get("blob_bytes", 0)),
+            # timed reruns of the app's kernel on the prologue (MNEME_RETIME), warm where t_ns may be cold
+            samples=[int(t) for t in ev.get("rt", [])],
         )
     elif kind == "occ":
         inst = log.instances.get(int(ev["i"]))

@@ -43,6 +43,8 @@ class RecordSettings:
     va_base: int = DEFAULT_VADDR
     pinned_size_gib: float = 1.0
     keep_raw: bool = False
+    #: extra timed runs of each new instance's own kernel on its prologue, for a warm in-app median
+    retime: int = 10
 
     def validate(self) -> None:
         if not _RANKS.match(self.record_ranks):
@@ -57,6 +59,8 @@ class RecordSettings:
             raise RecordError(f"--pinned-size {self.pinned_size_gib}: must be a positive number of GiB")
         if self.max_recordings < 0:
             raise RecordError(f"--max-recordings {self.max_recordings}: must be 0 (no limit) or more")
+        if not 0 <= self.retime <= 64:
+            raise RecordError(f"--retime {self.retime}: must be 0..64")
         if self.skip < 0:
             raise RecordError(f"--skip {self.skip}: must be 0 or more")
         if self.epilogue_format not in EPILOGUE_FORMATS:
@@ -119,6 +123,7 @@ def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Opti
     env["MNEME_VA_BYTES"] = str(int(settings.va_size_gib * GIB))
     env["MNEME_HOST_BYTES"] = str(int(settings.pinned_size_gib * GIB))
     env["MNEME_EPILOGUE_FORMAT"] = settings.epilogue_format
+    env["MNEME_RETIME"] = str(settings.retime)
     if settings.kernels:
         env["MNEME_KERNELS"] = settings.kernels
     else:

@@ -64,6 +64,7 @@
   X(cuFuncGetAttribute, PFN_cuFuncGetAttribute_v2020)                        \
   X(cuFuncSetAttribute, PFN_cuFuncSetAttribute_v9000)                        \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                \
+  X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)          \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050)
 
 typedef struct mnc_driver {
@@ -135,6 +136,7 @@ struct mnc_function {
   uint32_t dyn_shared_set;    /* current MAX_DYNAMIC_SHARED_SIZE_BYTES we set (0: never) */
   char *name;
   int nparams;                /* -1: unknown (driver before CUDA 12.4) */
+  int cooperative;            /* launch with cuLaunchCooperativeKernel (grid-wide sync) */
   uint32_t *param_offsets, *param_sizes;
 };
 

@@ -11,12 +11,16 @@
 
 static int launch_async(mnc_function *f, const uint32_t *grid, const uint32_t *block, uint32_t shared,
                         void **params) {
-  CUresult r = mnc_cu.cuLaunchKernel(f->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
-                                     mnc_g.stream, params, NULL);
+  CUresult r = f->cooperative
+                   ? mnc_cu.cuLaunchCooperativeKernel(f->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                                      shared, mnc_g.stream, params)
+                   : mnc_cu.cuLaunchKernel(f->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
+                                           mnc_g.stream, params, NULL);
   if (r != CUDA_SUCCESS) {
     char what[512];
-    snprintf(what, sizeof what, "cuLaunchKernel(%.300s, grid %ux%ux%u, block %ux%ux%u, %u bytes shared)", f->name,
-             grid[0], grid[1], grid[2], block[0], block[1], block[2], shared);
+    snprintf(what, sizeof what, "%s(%.300s, grid %ux%ux%u, block %ux%ux%u, %u bytes shared)",
+             f->cooperative ? "cuLaunchCooperativeKernel" : "cuLaunchKernel", f->name, grid[0], grid[1], grid[2],
+             block[0], block[1], block[2], shared);
     return mnc_fail_cu(r, what);
   }
   return 0;
@@ -45,6 +49,12 @@ static int launch(mnc_function *f, const uint32_t *grid, const uint32_t *block, 
   char what[400];
   snprintf(what, sizeof what, "kernel %.300s", f->name);
   return mnc_wait_stream(what);
+}
+
+int mnc_function_set_cooperative(mnc_function *f, int cooperative) {
+  if (!f) return mnc_fail(MNC_E_INVALID, "no function");
+  f->cooperative = cooperative != 0;
+  return 0;
 }
 
 int mnc_launch(mnc_function *f, const uint32_t *grid, const uint32_t *block, uint32_t shared_mem, void **params,

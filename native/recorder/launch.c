@@ -65,6 +65,7 @@ static struct {
   CUresult (*funcGetName)(const char **, CUfunction);
   CUresult (*kernelGetFunction)(CUfunction *, CUkernel);
   CUresult (*kernelGetName)(const char **, CUkernel);
+  CUresult (*streamWaitValue32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 } D;
 
 static void load_driver(void) {
@@ -79,6 +80,7 @@ static void load_driver(void) {
   D.funcGetName = (__typeof__(D.funcGetName))mn_driver("cuFuncGetName", 12030);
   D.kernelGetFunction = (__typeof__(D.kernelGetFunction))mn_driver("cuKernelGetFunction", 12000);
   D.kernelGetName = (__typeof__(D.kernelGetName))mn_driver("cuKernelGetName", 12030);
+  D.streamWaitValue32 = (__typeof__(D.streamWaitValue32))mn_driver("cuStreamWaitValue32", 12000);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -634,7 +636,8 @@ static void mask_ranges(const uint8_t *mask, uint32_t n, uint64_t *off, uint64_t
 }
 
 static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *inst, const argscan *a, const char *pro,
-                         const char *epi, uint64_t t_ns, const snapshot_set *s, uint64_t pro_bytes, uint64_t epi_bytes) {
+                         const char *epi, uint64_t t_ns, const uint64_t *retimes, uint32_t nretimes,
+                         const snapshot_set *s, uint64_t pro_bytes, uint64_t epi_bytes) {
   size_t cap = 8192 + 2 * (size_t)k->argbytes + 48 * (size_t)k->nparams + 64 * (size_t)k->argbytes / 8;
   char *buf = malloc(cap);
   uint64_t *po = malloc((k->nparams + 1) * sizeof *po), *ps = malloc((k->nparams + 1) * sizeof *ps);
@@ -670,6 +673,7 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
     mn_line_str(&l, "pro", pro);
     mn_line_str(&l, "epi", epi);
     mn_line_u64(&l, "t_ns", t_ns);
+    if (nretimes) mn_line_u64s(&l, "rt", retimes, nretimes);
     mn_line_u64(&l, "blobs", s->nblobs);
     mn_line_u64(&l, "blob_bytes", s->blob_bytes);
     mn_line_u64(&l, "vars", s->nvars);
@@ -684,6 +688,104 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
   free(ps);
   free(mo);
   free(ml);
+}
+
+/* ---- in-app timing of a recorded instance -------------------------------------------------------
+ * One cold launch is a poor measure of the kernel (GPU clocks still ramping, caches cold), so before
+ * the recorded launch the app's own kernel is run MNEME_RETIME more times on the prologue state, each
+ * timed, with the prologue written back after each run; the recorded launch then starts from exactly
+ * the prologue. Every timed launch waits behind a host flag (cuStreamWaitValue32) released only once
+ * the start event, the launch and the end event are queued, so host launch latency stays out of the
+ * timing, as in the replay core. */
+
+static volatile uint32_t *hold_flag;
+static CUdeviceptr hold_dflag;
+static int hold_state; /* 0 unknown, 1 ready, -1 unavailable */
+
+static int hold_ready(void) {
+  if (hold_state) return hold_state > 0;
+  hold_state = -1;
+  if (!D.streamWaitValue32) return 0;
+  void *h = NULL, *d = NULL;
+  if (REAL(cudaHostAlloc)(&h, 64, cudaHostAllocMapped) != cudaSuccess) {
+    REAL(cudaGetLastError)();
+    return 0;
+  }
+  if (REAL(cudaHostGetDevicePointer)(&d, h, 0) != cudaSuccess) {
+    REAL(cudaGetLastError)();
+    REAL(cudaFreeHost)(h);
+    return 0;
+  }
+  hold_flag = (volatile uint32_t *)h;
+  hold_dflag = (CUdeviceptr)(uintptr_t)d;
+  hold_state = 1;
+  return 1;
+}
+
+/* Launches once, timed with events; fills the launch status, the status after synchronizing, and ns. */
+static void held_launch(const mn_launch *L, cudaError_t *r, cudaError_t *after, uint64_t *ns) {
+  *ns = 0;
+  int held = 0;
+  if (hold_ready()) {
+    *hold_flag = 0;
+    __sync_synchronize();
+    held = D.streamWaitValue32((CUstream)L->ev_stream, hold_dflag, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+  }
+  cudaEvent_t e0 = ev_get(), e1 = ev_get();
+  if (e0) REAL(cudaEventRecord)(e0, L->ev_stream);
+  *r = fire(L);
+  if (e1) REAL(cudaEventRecord)(e1, L->ev_stream);
+  if (held) {
+    __sync_synchronize();
+    *hold_flag = 1; /* always released, whatever happened above */
+  }
+  *after = *r == cudaSuccess ? REAL(cudaDeviceSynchronize)() : *r;
+  if (*after == cudaSuccess && e0 && e1) elapsed_ns(e0, e1, ns);
+  ev_put(e0);
+  ev_put(e1);
+}
+
+/* Writes the prologue back: blobs and variables as they were before the kernel ran. */
+static int restore_prologue(const snapshot_set *s) {
+  for (size_t i = 0; i < s->nblobs; i++) {
+    const blob *b = &s->blobs[i];
+    if (b->space == MN_SPACE_HOST_PINNED) {
+      memcpy((void *)(uintptr_t)b->addr, b->before, b->size);
+    } else if (REAL(cudaMemcpy)((void *)(uintptr_t)b->addr, b->before, b->size, cudaMemcpyHostToDevice) != cudaSuccess) {
+      REAL(cudaGetLastError)();
+      return -1;
+    }
+  }
+  for (size_t i = 0; i < s->nvars; i++) {
+    const varsnap *v = &s->vars[i];
+    if (REAL(cudaMemcpyToSymbol)(v->v->host, v->data, v->v->size, 0, cudaMemcpyHostToDevice) != cudaSuccess) {
+      REAL(cudaGetLastError)();
+      return -1;
+    }
+  }
+  return REAL(cudaDeviceSynchronize)() == cudaSuccess ? 0 : -1;
+}
+
+/* Extra timed launches on the prologue state (see above); returns how many were timed. A failure
+ * stops the retiming and, if the prologue cannot be written back, disables it for good. */
+static uint32_t retime(const mn_launch *L, const snapshot_set *s, uint64_t *out) {
+  uint32_t n = R.cfg.retime < MN_RETIME_MAX ? R.cfg.retime : MN_RETIME_MAX, got = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    cudaError_t r, after;
+    uint64_t ns;
+    held_launch(L, &r, &after, &ns);
+    if (r != cudaSuccess || after != cudaSuccess) {
+      REAL(cudaGetLastError)();
+      break;
+    }
+    if (ns) out[got++] = ns;
+    if (restore_prologue(s)) {
+      R.cfg.retime = 0;
+      mn_error("cannot write the prologue back after a timing run; retiming is off", L->api);
+      break;
+    }
+  }
+  return got;
 }
 
 /* Records a new instance: synchronize, prologue, timed launch, synchronize, epilogue. Returns the
@@ -716,15 +818,12 @@ static cudaError_t record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const
     mn_kernel_skip(k, MN_SKIP_FAILED);
     return fire(L);
   }
-  cudaEvent_t e0 = ev_get(), e1 = ev_get();
-  if (e0) REAL(cudaEventRecord)(e0, L->ev_stream);
-  cudaError_t r = fire(L);
-  if (e1) REAL(cudaEventRecord)(e1, L->ev_stream);
-  cudaError_t after = r == cudaSuccess ? REAL(cudaDeviceSynchronize)() : r;
+  uint64_t retimes[MN_RETIME_MAX];
+  /* Rerunning is safe only when everything the kernel can reach is restored by the prologue. */
+  uint32_t nretimes = a->nforeign || a->ntex ? 0 : retime(L, &s, retimes);
   uint64_t t_ns = 0;
-  if (after == cudaSuccess && e0 && e1) elapsed_ns(e0, e1, &t_ns);
-  ev_put(e0);
-  ev_put(e1);
+  cudaError_t r, after;
+  held_launch(L, &r, &after, &t_ns);
   if (after != cudaSuccess) {
     snprintf(why, sizeof why, "%s: %s", k->name, REAL(cudaGetErrorString)(after));
     mn_error(r != cudaSuccess ? "the recorded launch failed" : "the recorded kernel failed", why);
@@ -749,7 +848,7 @@ static cudaError_t record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const
   k->ninst_recorded++;
   k->recorded_launches++;
   R.stored_bytes += pro_bytes + epi_bytes;
-  log_instance(L, k, inst, a, basename_of(pro), basename_of(epi), t_ns, &s, pro_bytes, epi_bytes);
+  log_instance(L, k, inst, a, basename_of(pro), basename_of(epi), t_ns, retimes, nretimes, &s, pro_bytes, epi_bytes);
   set_free(&s);
   return r;
 }

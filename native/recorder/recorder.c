@@ -270,6 +270,7 @@ static void init_once(void) {
   c->host_base = env_u64("MNEME_HOST_BASE", MN_DEFAULT_HOST_BASE);
   c->host_bytes = env_u64("MNEME_HOST_BYTES", MN_DEFAULT_HOST_BYTES);
   c->max_samples = (uint32_t)env_u64("MNEME_MAX_SAMPLES", 1000);
+  c->retime = (uint32_t)env_u64("MNEME_RETIME", 10);
   char fmt[16];
   env_str("MNEME_EPILOGUE_FORMAT", fmt, sizeof fmt, "diff");
   c->epilogue_format = strcmp(fmt, "bytes") == 0 ? 1 : strcmp(fmt, "best") == 0 ? 2 : 0;

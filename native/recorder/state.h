@@ -108,6 +108,9 @@ typedef struct mn_pending {
   mn_inst *inst;
 } mn_pending;
 
+/* Most extra timed launches of a newly recorded instance (see launch.c: retime). */
+#define MN_RETIME_MAX 64
+
 typedef struct mn_config {
   char dir[4096];
   char run_id[128];
@@ -118,6 +121,7 @@ typedef struct mn_config {
   uint64_t va_base, va_bytes, host_base, host_bytes;
   int epilogue_format;        /* 0 diff, 1 bytes, 2 best */
   uint32_t max_samples;
+  uint32_t retime;            /* extra timed launches of a new instance (MNEME_RETIME) */
   int have_regex;
   regex_t regex;
   mn_ktab ktab;

@@ -69,7 +69,8 @@ def test_recording_twice_adds_occurrences(tmp_path):
         assert r.returncode == 0, r.stderr
     db = dbs(tmp_path)["vecAdd"]
     (inst,) = db.values()
-    assert inst.occ == 2 and len(inst.in_app_times_ns) == 2 and len(db.provenance["runs"]) == 2
+    assert inst.occ == 2 and len(db.provenance["runs"]) == 2
+    assert len(inst.in_app_times_ns) == 2 * (1 + 10), "each run: the recorded launch and 10 reruns (--retime)"
     assert len(list((tmp_path / "snapshots").iterdir())) == 2, "the second run's duplicate snapshots are dropped"
 
 
@@ -188,3 +189,18 @@ def test_an_nvcc_built_app_is_recorded_without_ir(tmp_path, request, variant):
         where = pro.find_variable("g_where")
         assert [(r_.offset, r_.target, r_.target_offset) for r_ in where.relocs] == [(0, "g_acc", 4)]
         assert any(b.addr == 0x100000000000 for b in pro.blobs), "the pinned buffer is a host blob"
+
+
+def test_retime_zero_keeps_only_the_recorded_launch_and_reruns_leave_the_result_alone(tmp_path):
+    app = [str(BIN / "reduce")]
+    expected = checksum(plain(app).stdout)
+    r = record(tmp_path / "none", app, "--retime", "0")
+    assert r.returncode == 0, r.stderr
+    (inst,) = dbs(tmp_path / "none")["reduceSum"].values()
+    assert len(inst.in_app_times_ns) == 1
+    r = record(tmp_path / "many", app, "--retime", "20")
+    assert r.returncode == 0, r.stderr
+    (inst,) = dbs(tmp_path / "many")["reduceSum"].values()
+    assert len(inst.in_app_times_ns) == 21
+    # the reruns accumulate into the same atomic output; the prologue is written back after each
+    assert checksum(r.stdout) == expected

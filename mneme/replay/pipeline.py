@@ -1,0 +1,349 @@
+"""The replay pipeline (the seeds' BaseExecutor): one recorded instance, many configurations.
+
+    ReplayPipeline(db, rid)          reads the record; links the kernel's IR once (clone per experiment)
+      .compile(config)               IR half, no GPU: specialize -> optimize -> PTX -> cubin (cached)
+      .open()                        GPU half, once: device, arena at the recorded VA, prologue loaded
+      .run(compiled, config)         first run verified against the epilogue, the following runs timed
+      .execute(config)               both
+
+Memory discipline between experiments: before the verification launch and before every timed launch
+only the bytes the recorded kernel writes are restored (device to device); after a failed
+verification or any error everything is restored from the host copy, so a bad configuration never
+leaks into the next one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import datetime, timezone
+from typing import Any, Dict, Optional
+
+from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
+from mneme.errors import CompileError, ConfigurationError, DeviceError, MnemeError, PipelineError, RecordError
+from mneme.ir import CompileCache, CompiledKernel, compile_kernel, kernel_params, static_hash as ir_static_hash
+from mneme.record.db import RecordedExecution
+from mneme.record.memstate import verification_plan, written_state
+from mneme.snapshot import Snapshot
+
+#: status of a result that was compiled but never meant to run (compile-only experiments)
+COMPILED = "compiled"
+
+#: CUDA errors that mean "this launch shape/size cannot run" rather than "the kernel broke"
+_INVALID_LAUNCH = {
+    "CUDA_ERROR_INVALID_VALUE",
+    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+    "CUDA_ERROR_INVALID_CONFIGURATION",
+    "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
+}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def recorded_arch(record: RecordedExecution) -> Optional[str]:
+    prov = record.provenance or {}
+    for key in ("sm", "Arch", "arch", "sm_arch"):
+        if prov.get(key):
+            a = str(prov[key])
+            return a if a.startswith("sm_") else f"sm_{a}"
+    return None
+
+
+def fill_compile_metrics(result: ExperimentResult, ck: CompiledKernel) -> None:
+    result.code_hash = ck.code_hash
+    result.preprocess_ir_time = ck.preprocess_ir_time
+    result.opt_time = ck.opt_time
+    result.ptx_time = ck.ptx_time
+    result.cubin_time = ck.cubin_time
+    result.codegen_time = ck.codegen_time
+    result.obj_size = ck.obj_size
+    result.cache_hit = ck.cache_hit
+    res = ck.cubin
+    result.reg_usage = res.registers
+    result.local_mem_usage = res.local_mem
+    result.const_mem_usage = res.const_mem
+    result.shared_mem_usage = res.shared_mem
+    result.spill_stores = res.spill_stores
+    result.spill_loads = res.spill_loads
+    result.stack_size = res.stack
+
+
+class ReplayPipeline:
+    """Replays one kernel instance of a record DB under replay configurations."""
+
+    def __init__(
+        self,
+        record_db: str,
+        record_id: Optional[str] = None,
+        device_id: Optional[int] = 0,
+        settings: Optional[MeasurementSettings] = None,
+        cache_dir: Optional[str] = None,
+        cache: Optional[CompileCache] = None,
+    ):
+        self.record_db = str(record_db)
+        self.record = RecordedExecution.from_json(self.record_db)
+        if not self.record.replayable:
+            raise RecordError(f"{self.record_db}: kernel is not replayable: {self.record.not_replayable_reason}")
+        self.instance = self.record.instance(record_id)
+        self.record_id = self.instance.dynamic_hash
+        self.device_id = device_id
+        self.settings = settings or MeasurementSettings()
+        self.cache = cache if cache is not None else CompileCache(cache_dir)
+        self._linked = None
+        self._static_hash: Optional[str] = None
+        self._arg_values: Optional[Dict[int, bytes]] = None
+        self.link_time = 0.0
+        # GPU state (open())
+        self.device = None
+        self._arena = None
+        self._state = None
+        self._prologue: Optional[Snapshot] = None
+        self._expected: Optional[Snapshot] = None
+        self._plan = None
+        self._written = None
+        self._modules: Dict[str, Any] = {}
+
+    # -- the IR half ----------------------------------------------------------------------------
+    @property
+    def arch(self) -> str:
+        return self.settings.arch or recorded_arch(self.record) or "sm_90"
+
+    @property
+    def instance_attributes(self) -> Dict[str, Any]:
+        """How the app launched this instance (Api, Cooperative, Cluster ...), as the recorder saw it."""
+        return dict((self.record.extra.get("InstanceAttributes") or {}).get(self.record_id) or {})
+
+    @property
+    def kernel_name(self) -> str:
+        return self.record.kernel_name
+
+    def baseline_config(self) -> ExperimentConfiguration:
+        """The recorded launch at default<O3>: what the app ran, compiled the standard way."""
+        inst = self.instance
+        return ExperimentConfiguration(
+            grid=inst.grid_dim, block=inst.block_dim, shared_mem=inst.shared_mem, passes="default<O3>", codegen_opt=3
+        )
+
+    def linked(self):
+        if self._linked is None:
+            t0 = time.perf_counter()
+            self._linked = self.record.link_llvm_modules(prune=True, internalize=True)
+            # The DB's static hash is the kernel's identity; the code hash extends it.
+            self._static_hash = self.record.static_hash or ir_static_hash(self._linked, self.kernel_name)
+            self.link_time = time.perf_counter() - t0
+        return self._linked
+
+    def arg_values(self) -> Dict[int, bytes]:
+        """Recorded bytes of the parameters the DB allows to specialize (the prologue's argument buffer)."""
+        if self._arg_values is None:
+            allowed = set(self.instance.available_specializations)
+            values: Dict[int, bytes] = {}
+            if allowed:
+                params = kernel_params(self.linked(), self.kernel_name)
+                with Snapshot.read(self.instance.prologue_fn) as pro:
+                    args = pro.args
+                    for p in params:
+                        if p.index in allowed and p.specializable and p.index < len(args):
+                            values[p.index] = bytes(args[p.index])
+            self._arg_values = values
+        return self._arg_values
+
+    def check_config(self, config: ExperimentConfiguration) -> None:
+        max_shared = None
+        if self.device is not None:
+            max_shared = self.device.info.max_shared_per_block_optin
+        problems = config.problems(max_shared) if max_shared else config.problems()
+        if problems:
+            raise ConfigurationError("invalid replay configuration: " + "; ".join(problems))
+
+    def compile(self, config: ExperimentConfiguration, keep_ll: bool = False) -> CompiledKernel:
+        self.check_config(config)
+        linked = self.linked()
+        return compile_kernel(
+            linked,
+            self.kernel_name,
+            config,
+            arch=self.arch,
+            static_hash=self._static_hash,
+            arg_values=self.arg_values() if config.specialize else None,
+            cache=self.cache,
+            keep_ll=keep_ll,
+        )
+
+    def new_result(self, config: ExperimentConfiguration) -> ExperimentResult:
+        r = ExperimentResult(start_time=_now(), config_hash=config.hash())
+        if self.device_id is not None:
+            r.gpu_id = int(self.device_id)
+        return r
+
+    def compile_only(self, config: ExperimentConfiguration, keep_ll: bool = False) -> ExperimentResult:
+        """Compile metrics without a GPU: resources, size, per-stage times."""
+        result = self.new_result(config)
+        try:
+            ck = self.compile(config, keep_ll=keep_ll)
+            fill_compile_metrics(result, ck)
+            result.status = COMPILED
+        except (ConfigurationError, PipelineError) as e:
+            result.failed, result.error, result.status = True, str(e), "invalid_config"
+        except (CompileError, MnemeError) as e:
+            result.failed, result.error, result.status = True, str(e), "compile_error"
+        result.end_time = _now()
+        return result
+
+    # -- the GPU half ---------------------------------------------------------------------------
+    def open(self) -> "ReplayPipeline":
+        if self._state is not None:
+            return self
+        from mneme.device import Arena, Device, ReplayState
+
+        device_id = 0 if self.device_id is None else int(self.device_id)
+        self.device = Device(device_id, timeout=self.settings.timeout)
+        want = recorded_arch(self.record)
+        if want and self.device.arch != want and not self.settings.arch:
+            raise DeviceError(
+                f"{self.record_db} was recorded on {want}; this GPU ({self.device.name}) is {self.device.arch}. "
+                f"Pass --arch {self.device.arch} to replay it here anyway"
+            )
+        try:
+            self._arena = Arena(self.device, self.record.vaddr, self.record.va_size)
+            self._prologue = Snapshot.read(self.instance.prologue_fn)
+            self._expected = Snapshot.read(self.instance.epilogue_fn)
+            if not self._expected.is_full:
+                self._expected.apply(self._prologue)
+            self._state = ReplayState(self.device, self._prologue)
+            s = self.settings
+            self._plan = verification_plan(self._expected, s.atol, s.rtol, s.tol_type)
+            blobs, variables = written_state(self._expected, self._prologue)
+            self._written = list(blobs) + [
+                (v.addr + off, n) for v in self._prologue.variables for off, n in variables.get(v.name, [])
+            ]
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for m in self._modules.values():
+            try:
+                m.unload()
+            except MnemeError:
+                pass
+        self._modules.clear()
+        for attr in ("_state", "_arena"):
+            obj = getattr(self, attr)
+            if obj is not None:
+                try:
+                    obj.close()
+                except MnemeError:
+                    pass
+                setattr(self, attr, None)
+        for attr in ("_prologue", "_expected"):
+            obj = getattr(self, attr)
+            if obj is not None:
+                obj.close()
+                setattr(self, attr, None)
+
+    def __enter__(self) -> "ReplayPipeline":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _module(self, ck: CompiledKernel):
+        from mneme.device import DeviceModule
+
+        mod = self._modules.get(ck.code_hash)
+        if mod is None:
+            mod = DeviceModule.from_cubin(ck.cubin.cubin, self.device)
+            mod.load_variables(self._prologue)
+            if len(self._modules) >= 16:  # keep the loaded working set small; cubins stay in the cache
+                old = next(iter(self._modules))
+                self._modules.pop(old).unload()
+            self._modules[ck.code_hash] = mod
+        return mod
+
+    def run(self, ck: CompiledKernel, config: ExperimentConfiguration, result: Optional[ExperimentResult] = None) -> ExperimentResult:
+        """Verify once, then time; the result carries the status the tuner reads."""
+        if self._state is None:
+            self.open()
+        from mneme.device import CudaError, DeviceTimeout
+
+        r = result or self.new_result(config)
+        fill_compile_metrics(r, ck)
+        r.gpu_id, r.gpu_name = self.device.ordinal, self.device.name
+        s = self.settings
+        mod = None
+        try:
+            self.check_config(config)
+            mod = self._module(ck)
+            fn = mod.get_function(self.kernel_name)
+            if self.instance_attributes.get("Cooperative"):
+                fn.set_cooperative(True)
+            attrs = fn.attributes()
+            r.reg_usage, r.local_mem_usage, r.const_mem_usage = attrs.num_regs, attrs.local_bytes, attrs.const_bytes
+            r.occupancy = fn.occupancy(config.block, config.shared_mem)
+            args = self._prologue.args
+            self._state.plan_resets(self._written, mod)
+            self._state.reset_written(None, mod)
+            fn.launch(config.grid, config.block, config.shared_mem, args)
+            r.executed = True
+            report = self._state.verify(self._expected, self._plan, mod)
+            r.verified = bool(report.equal)
+            if not r.verified:
+                r.status = "failed_verification"
+                r.error = str(report)[:2000]
+                self._state.reset_all(mod)
+            else:
+                r.exec_time = fn.profile(
+                    config.grid, config.block, config.shared_mem, args,
+                    iterations=s.iterations, warmup=s.warmup, l2_flush=s.l2_flush, state=self._state,
+                )
+                r.status = "verified"
+                med = statistics.median(r.exec_time) if r.exec_time else None
+                inapp = self.instance.in_app_time_ns
+                if med and inapp:
+                    r.fidelity = float(med) / float(inapp)
+        except ConfigurationError as e:
+            r.failed, r.status, r.error = True, "invalid_config", str(e)
+        except DeviceTimeout as e:
+            r.failed, r.status, r.error = True, "timeout", str(e)
+        except CudaError as e:
+            r.failed, r.error = True, str(e)
+            r.status = "invalid_launch" if (e.name in _INVALID_LAUNCH and not e.sticky) else "runtime_error"
+            if not e.sticky:
+                self._safe_reset(mod)
+        except DeviceError as e:
+            r.failed, r.status, r.error = True, "runtime_error", str(e)
+            self._safe_reset(mod)
+        r.end_time = _now()
+        return r
+
+    def _safe_reset(self, mod) -> None:
+        try:
+            self._state.reset_all(mod)
+        except MnemeError:
+            pass
+
+    @property
+    def usable(self) -> bool:
+        """False once a sticky CUDA error or a timeout has poisoned this process's context."""
+        return self.device is None or self.device.usable
+
+    def execute(self, config: ExperimentConfiguration, keep_ll: bool = False) -> ExperimentResult:
+        r = self.new_result(config)
+        try:
+            ck = self.compile(config, keep_ll=keep_ll)
+        except (ConfigurationError, PipelineError) as e:
+            r.failed, r.status, r.error, r.end_time = True, "invalid_config", str(e), _now()
+            return r
+        except MnemeError as e:
+            r.failed, r.status, r.error, r.end_time = True, "compile_error", str(e), _now()
+            return r
+        return self.run(ck, config, r)
+
+
+def compile_only(record_db: str, record_id: Optional[str], config: ExperimentConfiguration,
+                 settings: Optional[MeasurementSettings] = None) -> ExperimentResult:
+    return ReplayPipeline(record_db, record_id, device_id=None, settings=settings).compile_only(config)
