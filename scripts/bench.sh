@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The benchmark suite on a GPU machine (issue 6), in parts that each finish within 8 minutes, so that
+# one time-limited call runs one part. Results land in ${OUT:-bench/results}: <bench>.json (for
+# bench/report.py), <bench>.log (what the script printed), machine.json, and report.md (the markdown
+# of every result there so far).
+#
+#   bash scripts/bench.sh [PART]      (make bench PART=...)
+#     quick    record + compile + replay with --quick, and a short tuning-throughput run (~4 min)
+#     record   bench/bench_record.py      record overhead, snapshot bytes (manylaunch)
+#     compile  bench/bench_compile.py     compile time per stage (runs without a GPU too)
+#     replay   bench/bench_replay.py      replay fidelity, reset time vs D2D bandwidth
+#     tune     bench/bench_tune_throughput.py   configurations per second, 1/4/16 compile jobs
+#     all      every full part in turn (no per-call limit: ~15 min)
+#     report   only regenerate report.md from the results there
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PART="${1:-quick}"
+OUT="${OUT:-$PWD/bench/results}"
+LIMIT="${BENCH_TIMEOUT:-470}"
+mkdir -p "$OUT"
+
+if [ -n "${PYTHON:-}" ]; then
+  PY="$PYTHON"  # an environment that has mneme already (a dev machine: PYTHON=.venv/bin/python)
+elif [ -d .bundle/wheels ]; then
+  # the GPU machine: wheels from the bundle, native parts built once, mneme on PATH
+  source scripts/gpu-env.sh || { echo "bench: FAILED to set up (see above)"; exit 2; }
+  PY=python3
+elif [ -x .venv/bin/python ]; then
+  PY=.venv/bin/python
+else
+  PY=python3
+fi
+export PYTHONUNBUFFERED=1
+FAILED=()
+
+# run NAME SECONDS COMMAND...: one bench script under a time limit, its output kept in NAME.log
+run() {
+  local name="$1" limit="$2"
+  shift 2
+  echo "== bench $name: $* (limit ${limit}s)"
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "== bench $name: exit $rc after $((SECONDS - t0)) s"
+  [ "$rc" -eq 0 ] || FAILED+=("$name (exit $rc)")
+}
+
+tune() {  # tune [ARGS...]: the tune helper's script, if present (it writes a plain list with --json)
+  if [ -f bench/bench_tune_throughput.py ]; then
+    run tune_throughput "$1" "$PY" bench/bench_tune_throughput.py --json "$OUT/tune_throughput.json" "${@:2}"
+  else
+    echo "== bench tune: bench/bench_tune_throughput.py is missing, skipped"
+  fi
+}
+
+"$PY" bench/benchlib.py header machine > "$OUT/machine.json" 2>/dev/null || true
+case "$PART" in
+  quick)
+    run record 120 "$PY" bench/bench_record.py --quick --out "$OUT/record.json"
+    run compile 45 "$PY" bench/bench_compile.py --quick --out "$OUT/compile.json"
+    run replay 150 "$PY" bench/bench_replay.py --quick --out "$OUT/replay.json"
+    tune 150 --configs 60 --jobs 1,4,16 --no-tune-row
+    ;;
+  record) run record "$LIMIT" "$PY" bench/bench_record.py --out "$OUT/record.json" ;;
+  compile) run compile "$LIMIT" "$PY" bench/bench_compile.py --out "$OUT/compile.json" ;;
+  replay) run replay "$LIMIT" "$PY" bench/bench_replay.py --out "$OUT/replay.json" ;;
+  tune) tune "$LIMIT" ;;
+  all)
+    run record "$LIMIT" "$PY" bench/bench_record.py --out "$OUT/record.json"
+    run compile "$LIMIT" "$PY" bench/bench_compile.py --out "$OUT/compile.json"
+    run replay "$LIMIT" "$PY" bench/bench_replay.py --out "$OUT/replay.json"
+    tune "$LIMIT"
+    ;;
+  report) ;;
+  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, all, report)"; exit 2 ;;
+esac
+
+"$PY" bench/report.py "$OUT" --out "$OUT/report.md" || FAILED+=("report")
+echo "== bench: results in $OUT (report.md: the markdown for docs/BENCHMARKS.md)"
+grep -h '^ratio:' "$OUT"/*.log 2>/dev/null | sed 's/^/   /'
+if [ ${#FAILED[@]} -gt 0 ]; then
+  echo "bench $PART: FAILED: ${FAILED[*]}"
+  exit 1
+fi
+echo "bench $PART: done"
