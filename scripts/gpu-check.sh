@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The one-command GPU check (docs/GPU.md): on the GPU machine, install from the bundle, build the native
+# parts, run the gpu-marked tests (they record the examples they need) and print one summary line.
+# Usage: bash scripts/gpu-check.sh [PYTEST_K_EXPRESSION]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+K="${1:-}"
+LOG="${OUT:-$PWD/.gpu}"
+mkdir -p "$LOG"
+t0=$(date +%s)
+source scripts/gpu-env.sh || { echo "gpu-check: FAILED to set up (see above)"; exit 2; }
+export MNEME_GPU_TESTS=1 PYTHONUNBUFFERED=1
+timeout "${GPU_CHECK_TIMEOUT:-470}" python3 -m pytest -m gpu ${K:+-k "$K"} -p no:cacheprovider -q -rfEs --junitxml="$LOG/junit.xml" \
+  --durations=15 tests/gpu 2>&1 | tee "$LOG/pytest.log"
+rc=${PIPESTATUS[0]}
+python3 scripts/summary.py "$LOG/junit.xml" "$rc" "$(( $(date +%s) - t0 ))"
