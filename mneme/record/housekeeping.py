@@ -92,6 +92,9 @@ def relocate(db_paths: List[str], dest: str, move: bool) -> List[str]:
     written = []
     for p in db_paths:
         db = RecordedExecution.from_json(p, check_files=True)
+        missing = [f for f in owned_files(db) if not Path(f).is_file()]
+        if missing:
+            raise RecordError(f"{p}: cannot relocate, its file(s) {', '.join(missing)} are missing")
         src_dir = Path(p).resolve().parent
         mapping: Dict[str, str] = {}
         for f in owned_files(db):
