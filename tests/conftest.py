@@ -1,14 +1,11 @@
 """Shared test setup: the `gpu` marker runs only where a GPU run was asked for (make gpu-check)."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-MNEME = [sys.executable, "-m", "mneme.cli"]
+from mnemetest import ROOT
 
 
 def pytest_collection_modifyitems(config, items):
@@ -24,12 +21,3 @@ def pytest_collection_modifyitems(config, items):
 def root() -> Path:
     return ROOT
 
-
-def run_mneme(*args, check=True, **kw) -> subprocess.CompletedProcess:
-    """Run the `mneme` CLI in a subprocess, as a user would."""
-    kw.setdefault("capture_output", True)
-    kw.setdefault("text", True)
-    p = subprocess.run([*MNEME, *map(str, args)], **kw)
-    if check and p.returncode != 0:
-        raise AssertionError(f"mneme {' '.join(map(str, args))} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p

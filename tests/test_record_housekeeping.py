@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_mneme
+from mnemetest import ROOT, run_mneme
 from mneme.errors import RecordError
 from mneme.record.db import RecordedExecution, find_dbs
 from mneme.record.housekeeping import owned_files

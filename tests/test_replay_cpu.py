@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_mneme
+from mnemetest import ROOT, run_mneme
 from mneme.config import ExperimentConfiguration
 from mneme.errors import ConfigurationError, RecordError
 from mneme.record.db import RecordedExecution, find_dbs
