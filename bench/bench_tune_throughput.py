@@ -1,0 +1,168 @@
+"""Tuning throughput: replay configurations evaluated per second on one GPU.
+
+For the `launch` and the `compiler` presets, with 1, 4 and 16 compile processes, the AsyncReplayExecutor is fed
+N configurations drawn from the preset (seeded), each one compiled (or found in the cache), verified and timed
+on the GPU. Every row starts from an empty cubin cache, after the workers are up (the baseline is evaluated
+first and not counted). A last row runs the whole `mneme tune` loop (Optuna TPE, journal storage) on the launch
+preset, to show what the study bookkeeping costs.
+
+    python bench/bench_tune_throughput.py                       # records examples/bin/vecadd itself
+    python bench/bench_tune_throughput.py --record-db DB.json --configs 400 --jobs 1,4,16
+
+Prints a table, then one ratio line against the published Mneme figure (80 configurations in 7.09 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MNEME_PUBLISHED = 80 / 7.09  # configurations per second (HIP vecAdd, published with Mneme)
+GOAL = 100.0
+
+
+def record_vecadd(root: Path, n: int) -> Path:
+    """Record examples/bin/vecadd (n elements) and return its record DB."""
+    app = ROOT / "examples" / "bin" / "vecadd"
+    if not app.exists():
+        sys.exit(f"{app} is missing: build the examples (make examples / make gpu-bundle) or pass --record-db")
+    out = root / "vecadd-rec"
+    p = subprocess.run([sys.executable, "-m", "mneme.cli", "record", "-rdb", str(out), "--quiet", "--", str(app), str(n)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"mneme record failed:\n{p.stdout}\n{p.stderr}")
+    from mneme.record.db import find_dbs
+
+    dbs = find_dbs(str(out))
+    if not dbs:
+        sys.exit(f"no record DB in {out}:\n{p.stdout}")
+    return Path(dbs[0])
+
+
+def draw_configs(record_db: Path, preset: str, n: int, seed: int):
+    from mneme.record.db import RecordedExecution
+    from mneme.tune.presets import preset_space
+    from mneme.tune.space import SpaceContext
+    from mneme.tune.tuner import recorded_baseline
+
+    rec = RecordedExecution.from_json(str(record_db))
+    inst = rec.instance(None)
+    base = recorded_baseline(str(record_db), inst.dynamic_hash)
+    space = preset_space(preset, SpaceContext(base, rec, inst))
+    rng = random.Random(seed)
+    return base, [space.derived(space.sample_random(rng)) for _ in range(n)]
+
+
+def executor_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed: int, iterations: int) -> dict:
+    from mneme.config import MeasurementSettings
+    from mneme.tune.executor import AsyncReplayExecutor
+
+    base, configs = draw_configs(record_db, preset, n, seed)
+    with tempfile.TemporaryDirectory(prefix="mneme-bench-") as tmp:
+        ex = AsyncReplayExecutor(str(record_db), None, devices=[device], compile_jobs=jobs,
+                                 settings=MeasurementSettings(iterations=iterations, warmup=1),
+                                 cache_dir=str(Path(tmp) / "cache"), log_dir=str(Path(tmp) / "logs"))
+        try:
+            warm = ex.evaluate(base)  # workers up, device open, baseline compiled: not counted
+            if warm.status != "verified":
+                sys.exit(f"the baseline did not verify ({warm.status}): {warm.error}")
+            before = ex.stats()
+            t0 = time.perf_counter()
+            results = [f.result() for f in [ex.submit(c) for c in configs]]
+            wall = time.perf_counter() - t0
+            after = ex.stats()
+        finally:
+            ex.shutdown()
+    compiles = after.get("compiles", 0) - before.get("compiles", 0)
+    hits = (after.get("memo_hits", 0) - before.get("memo_hits", 0)) + (after.get("disk_hits", 0) - before.get("disk_hits", 0))
+    statuses = {}
+    for r in results:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    best = min((sorted(r.exec_time)[len(r.exec_time) // 2] for r in results if r.status == "verified"), default=None)
+    base_med = sorted(warm.exec_time)[len(warm.exec_time) // 2]
+    return {
+        "mode": "executor", "preset": preset, "jobs": jobs, "configs": n, "wall_s": wall, "per_s": n / wall,
+        "compiles": compiles, "cache_hit_rate": hits / max(1, hits + compiles), "statuses": statuses,
+        "best_speedup": (base_med / best) if best else None, "distinct": len({c.hash() for c in configs}),
+    }
+
+
+def tune_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed: int, iterations: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="mneme-bench-tune-") as tmp:
+        out = Path(tmp) / "out"
+        argv = [sys.executable, "-m", "mneme.cli", "tune", "-rdb", str(record_db), "--space", preset, "--sampler", "tpe",
+                "--trials", str(n), "--devices", str(device), "--compile-jobs", str(jobs), "--storage",
+                f"journal:{Path(tmp) / 'study.journal'}", "--seed", str(seed), "-it", str(iterations), "--warmup", "1",
+                "--no-track", "--quiet", "--json", "-o", str(out)]
+        t0 = time.perf_counter()
+        p = subprocess.run(argv, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if p.returncode != 0:
+            return {"mode": "mneme tune", "preset": preset, "jobs": jobs, "configs": n, "error": p.stderr[-500:]}
+        s = json.loads(p.stdout)
+        ex = s.get("executor", {})
+        return {
+            "mode": "mneme tune", "preset": preset, "jobs": jobs, "configs": n, "wall_s": wall, "per_s": n / wall,
+            "compiles": ex.get("compiles", 0), "cache_hit_rate": ex.get("cache_hit_rate", 0.0),
+            "statuses": s["trials"]["by_status"], "best_speedup": (s.get("best") or {}).get("speedup"),
+            "distinct": s["trials"]["counted"] - s["trials"]["duplicates"],
+        }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record-db", type=Path, default=None, help="record DB to tune (default: record examples/bin/vecadd)")
+    ap.add_argument("--n", type=int, default=1 << 20, help="vecadd elements when recording it here (default 2^20)")
+    ap.add_argument("--configs", type=int, default=300, help="configurations per row (default 300)")
+    ap.add_argument("--jobs", default="1,4,16", help="compile processes per row (default 1,4,16)")
+    ap.add_argument("--presets", default="launch,compiler")
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-tune-row", action="store_true", help="skip the end-to-end `mneme tune` row")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="mneme-bench-rec-") as tmp:
+        db = args.record_db or record_vecadd(Path(tmp), args.n)
+        rows = []
+        for preset in args.presets.split(","):
+            for jobs in (int(j) for j in args.jobs.split(",")):
+                rows.append(executor_row(db, preset, jobs, args.configs, args.device, args.seed, args.iterations))
+                print(f"  {preset:<9} jobs={jobs:<3} {rows[-1]['per_s']:8.1f} configs/s", file=sys.stderr)
+        if not args.no_tune_row:
+            jobs = max(int(j) for j in args.jobs.split(","))
+            rows.append(tune_row(db, "launch", jobs, min(args.configs, 200), args.device, args.seed, args.iterations))
+
+    print(f"\nrecord: {db}")
+    head = f"{'mode':<11} {'preset':<9} {'jobs':>4} {'configs':>7} {'distinct':>8} {'wall s':>8} {'configs/s':>10} " \
+           f"{'compiles':>8} {'cache hit':>9} {'best x':>7}  statuses"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        if "error" in r:
+            print(f"{r['mode']:<11} {r['preset']:<9} {r['jobs']:>4} {r['configs']:>7}  failed: {r['error']}")
+            continue
+        best = f"{r['best_speedup']:.3f}" if r.get("best_speedup") else "-"
+        print(f"{r['mode']:<11} {r['preset']:<9} {r['jobs']:>4} {r['configs']:>7} {r['distinct']:>8} {r['wall_s']:>8.2f} "
+              f"{r['per_s']:>10.1f} {r['compiles']:>8} {r['cache_hit_rate']:>9.1%} {best:>7}  "
+              + ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items())))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    launch = [r for r in rows if r["mode"] == "executor" and r["preset"] == "launch"]
+    top = max(launch, key=lambda r: r["per_s"]) if launch else max(rows, key=lambda r: r.get("per_s", 0))
+    print(f"ratio: {top['per_s']:.1f} configs/s ({top['preset']} preset, {top['jobs']} compile jobs, one GPU) vs Mneme's "
+          f"published {MNEME_PUBLISHED:.1f}/s = {top['per_s'] / MNEME_PUBLISHED:.1f}x "
+          f"(goal >= {GOAL:.0f}/s: {'met' if top['per_s'] >= GOAL else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

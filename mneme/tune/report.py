@@ -1,0 +1,411 @@
+"""The results directory of a study, written from the Optuna storage alone.
+
+    config.json     the tuning options and the record they searched
+    space.json      the search space (dimensions, domains, launch candidates)
+    baseline.json   the recorded configuration at default<O3> and its result
+    trials.jsonl    one line per trial: number, state, status, params, configuration, values, result
+    verified.csv    verified trials sorted by time (compiled.csv, by the objective, without a GPU)
+    best.json/.yaml the best configuration, its result, speedup and spread
+    best.sh         the `mneme replay` command line that reproduces it
+    best.md         what to change in the app's build to get it
+    summary.json/.txt  counts per status, baseline, best
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from mneme.config import ExperimentConfiguration, ExperimentResult
+from mneme.tune.objective import Objective, metric_ns, succeeded
+from mneme.tune.study import (
+    A_BANNED, A_BASELINE, A_FINGERPRINTS, A_OPTIONS, A_RECORD, A_SPACE, T_RESULT, claim, flag,
+)
+
+
+@dataclass
+class TrialRow:
+    number: int
+    state: str
+    status: str
+    flag: str
+    params: Dict[str, Any]
+    config: Optional[ExperimentConfiguration]
+    config_hash: str
+    result: Optional[ExperimentResult]
+    values: Optional[List[float]]
+    duplicate_of: Optional[int] = None
+    owner: str = ""
+    reasons: List[str] = field(default_factory=list)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "number": self.number, "state": self.state, "status": self.status, "flag": self.flag,
+            "params": self.params, "config": self.config.to_dict() if self.config else None,
+            "config_hash": self.config_hash, "values": self.values, "duplicate_of": self.duplicate_of,
+            "owner": self.owner, "reasons": self.reasons,
+            "result": self.result.to_dict() if self.result else None,
+        }
+
+
+def row_of(trial) -> TrialRow:
+    c = claim(trial)
+    raw = dict(trial.user_attrs.get(T_RESULT) or {})
+    duplicate_of = raw.pop("duplicate_of", None)
+    reasons = list(raw.pop("reasons", []) or [])
+    result = ExperimentResult.from_dict(raw) if "exec_time" in raw else None  # rejected samples carry no result
+    status = raw.get("status") or ("running" if trial.state.name == "RUNNING" else trial.state.name.lower())
+    config = ExperimentConfiguration.from_dict(c["config"]) if c.get("config") else None
+    return TrialRow(
+        number=trial.number, state=trial.state.name, status=status, flag=flag(trial), params=dict(trial.params),
+        config=config, config_hash=c.get("config_hash", ""), result=result,
+        values=list(trial.values) if trial.values is not None else None, duplicate_of=duplicate_of,
+        owner=c.get("owner", ""), reasons=reasons,
+    )
+
+
+@dataclass
+class StudyReport:
+    name: str
+    meta: Dict[str, Any]
+    rows: List[TrialRow]
+    objective: Objective
+    baseline_config: Optional[ExperimentConfiguration]
+    baseline_result: Optional[ExperimentResult]
+    baseline_ns: Optional[float]
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        return self.meta.get("options") or {}
+
+    @property
+    def counted(self) -> List[TrialRow]:
+        return [r for r in self.rows if r.flag not in ("rejected", "surplus", "retried") and r.state != "WAITING"]
+
+    def successes(self) -> List[TrialRow]:
+        return [r for r in self.counted if succeeded(r.result, self.objective.device_less)]
+
+    def rank_key(self, r: TrialRow):
+        if self.objective.device_less:
+            v = r.values[0] if r.values else math.inf
+            return (v, r.number)
+        return (metric_ns(r.result.exec_time, self.objective.metric), r.number)
+
+    def best(self) -> Optional[TrialRow]:
+        ok = self.successes()
+        return min(ok, key=self.rank_key) if ok else None
+
+
+def load_report(study) -> StudyReport:
+    attrs = study.user_attrs
+    opts = attrs.get(A_OPTIONS) or {}
+    objective = Objective.of(opts.get("objective", "time"), opts.get("metric", "median"), opts.get("sampler", "tpe"))
+    base = attrs.get(A_BASELINE) or {}
+    bconf = ExperimentConfiguration.from_dict(base["config"]) if base.get("config") else None
+    bres = ExperimentResult.from_dict(base["result"]) if base.get("result") else None
+    meta = {
+        "study": study.study_name, "options": opts, "record": attrs.get(A_RECORD) or {}, "space": attrs.get(A_SPACE) or {},
+        "fingerprints": attrs.get(A_FINGERPRINTS) or {}, "banned": attrs.get(A_BANNED) or [],
+        "directions": [d.name.lower() for d in study.directions],
+    }
+    rows = [row_of(t) for t in study.get_trials(deepcopy=False)]
+    return StudyReport(study.study_name, meta, rows, objective, bconf, bres, base.get("metric_ns"))
+
+
+# -- the best configuration, three ways ------------------------------------------------------------
+def replay_command(record_db: str, record_id: Optional[str], config: ExperimentConfiguration,
+                   iterations: Optional[int] = None, warmup: Optional[int] = None) -> str:
+    """A ready `mneme replay` command line for a configuration."""
+    c = config.grounded()
+    argv = ["mneme", "replay", "-rdb", str(record_db)]
+    if record_id:
+        argv += ["-rid", str(record_id)]
+    for name, d in (("grid", c.grid), ("block", c.block)):
+        for axis, v in zip("xyz", d):
+            argv += [f"--{name}-dim-{axis}", str(v)]
+    argv += ["--shared-mem", str(c.shared_mem)]
+    argv.append("--specialize" if c.specialize else "--no-specialize")
+    if c.specialize_dims:
+        argv.append("--specialize-dims")
+    if c.set_launch_bounds:
+        argv += ["--set-launch-bounds", "--max-threads", str(c.max_threads), "--min-blocks-per-sm", str(c.min_blocks_per_sm)]
+    argv += ["--codegen-opt", str(c.codegen_opt), "--codegen-method", c.codegen_method]
+    if iterations:
+        argv += ["--iterations", str(iterations)]
+    if warmup is not None:
+        argv += ["--warmup", str(warmup)]
+    argv.append(c.passes)
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def build_changes(config: ExperimentConfiguration, baseline: Optional[ExperimentConfiguration],
+                  kernel: str = "the kernel", arch: str = "sm_90", spec_args: Optional[List[str]] = None) -> List[str]:
+    """What to change in the application's build or launch code to get `config` there."""
+    c = config.grounded()
+    b = baseline.grounded() if baseline else ExperimentConfiguration()
+    out: List[str] = []
+    if (c.block.to_dict(), c.grid.to_dict()) != (b.block.to_dict(), b.grid.to_dict()):
+        out.append(
+            f"Launch {kernel} with blocks of dim3({c.block.x}, {c.block.y}, {c.block.z}) (was dim3({b.block.x}, "
+            f"{b.block.y}, {b.block.z})) and a grid that covers the same work, ceil(work / block) per dimension: "
+            f"dim3({c.grid.x}, {c.grid.y}, {c.grid.z}) for the recorded problem size (was dim3({b.grid.x}, "
+            f"{b.grid.y}, {b.grid.z}))."
+        )
+    if c.shared_mem != b.shared_mem:
+        out.append(f"Pass {c.shared_mem} bytes of dynamic shared memory at launch (was {b.shared_mem}).")
+    if c.set_launch_bounds:
+        out.append(f"Declare the kernel with __launch_bounds__({c.max_threads}, {c.min_blocks_per_sm}): "
+                   f"`__global__ void __launch_bounds__({c.max_threads}, {c.min_blocks_per_sm}) {kernel}(...)`.")
+    if c.specialize:
+        which = f" ({', '.join(spec_args)})" if spec_args else ""
+        out.append(f"Make the scalar arguments{which} compile-time constants with their recorded values "
+                   "(template parameters or constexpr), so the compiler folds them.")
+    if c.specialize_dims:
+        out.append("Make the launch dimensions compile-time constants (e.g. the block size as a template "
+                   "parameter used instead of blockDim), so bounds and index math fold.")
+    if c.passes != b.passes:
+        if c.passes.startswith("default<O") and c.passes.endswith(">"):
+            level = c.passes[len("default<O"):-1]
+            out.append(f"Optimize the device code at -O{level} instead of the {b.passes} pipeline "
+                       f"(clang: `-Xarch_device -O{level}`).")
+        else:
+            out.append(
+                "Optimize the device IR with the pass pipeline "
+                f"'{c.passes}': emit device bitcode (`clang++ -x cuda --cuda-device-only -emit-llvm -O3 -Xclang "
+                f"-disable-llvm-optzns`), run `opt -passes='{c.passes}'`, then `llc -O{c.codegen_opt} -mcpu={arch}` "
+                "and assemble with ptxas."
+            )
+    if c.codegen_opt != b.codegen_opt:
+        out.append(f"Generate machine code at optimization level {c.codegen_opt} (was {b.codegen_opt}): "
+                   f"`-Xcuda-ptxas -O{c.codegen_opt}` (and llc -O{c.codegen_opt} for a custom pipeline).")
+    if not out:
+        out.append("Nothing: the recorded configuration is the best one found.")
+    return out
+
+
+def _quantiles(values: List[float]) -> Dict[str, float]:
+    s = sorted(values)
+    if len(s) == 1:
+        return {"min": s[0], "p25": s[0], "median": s[0], "p75": s[0], "max": s[0]}
+    q = statistics.quantiles(s, n=4, method="inclusive")
+    return {"min": s[0], "p25": q[0], "median": q[1], "p75": q[2], "max": s[-1]}
+
+
+def time_stats(times: List[float]) -> Dict[str, float]:
+    if not times:
+        return {}
+    out = _quantiles([float(t) for t in times])
+    out["mean"] = float(statistics.fmean(times))
+    out["std"] = float(statistics.pstdev(times)) if len(times) > 1 else 0.0
+    return out
+
+
+def speedup_spread(baseline_ns: Optional[float], times: List[float]) -> Dict[str, float]:
+    """The baseline metric divided by each timed iteration: how much the speedup moves between iterations."""
+    if not baseline_ns or not times:
+        return {}
+    return _quantiles([baseline_ns / float(t) for t in times if t > 0])
+
+
+# -- writing ------------------------------------------------------------------------------------------
+def verified_table(rep: StudyReport):
+    import pandas as pd
+
+    rows = []
+    for r in rep.successes():
+        res, c = r.result, r.config or ExperimentConfiguration()
+        t = res.exec_time
+        rows.append({
+            "number": r.number, "status": r.status,
+            f"{rep.objective.metric}_ns": metric_ns(t, rep.objective.metric) if t else None,
+            "mean_ns": metric_ns(t, "mean") if t else None, "median_ns": metric_ns(t, "median") if t else None,
+            "min_ns": metric_ns(t, "min") if t else None,
+            "speedup": (rep.baseline_ns / metric_ns(t, rep.objective.metric)) if (t and rep.baseline_ns) else None,
+            "block": f"{c.block.x}x{c.block.y}x{c.block.z}", "grid": f"{c.grid.x}x{c.grid.y}x{c.grid.z}",
+            "shared_mem": c.shared_mem, "passes": c.passes, "codegen_opt": c.codegen_opt,
+            "specialize": c.specialize, "specialize_dims": c.specialize_dims,
+            "set_launch_bounds": c.set_launch_bounds, "max_threads": c.max_threads,
+            "min_blocks_per_sm": c.min_blocks_per_sm, "registers": res.reg_usage, "local_mem": res.local_mem_usage,
+            "spill_stores": res.spill_stores, "spill_loads": res.spill_loads, "obj_size": res.obj_size,
+            "gpu_id": res.gpu_id, "duplicate_of": r.duplicate_of, "config_hash": r.config_hash,
+            "value": r.values[0] if r.values else None,
+        })
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        key = "value" if rep.objective.device_less else f"{rep.objective.metric}_ns"
+        df = df.sort_values([key, "number"], kind="stable").reset_index(drop=True)
+    return df
+
+
+def summarize(rep: StudyReport) -> Dict[str, Any]:
+    counted = rep.counted
+    by_status: Dict[str, int] = {}
+    for r in counted:
+        by_status[r.status] = by_status.get(r.status, 0) + 1
+    flags = {f: sum(1 for r in rep.rows if r.flag == f) for f in ("rejected", "surplus", "retried")}
+    opts = rep.options
+    summary: Dict[str, Any] = {
+        "study": rep.name, "kernel": rep.meta["record"].get("demangled") or rep.meta["record"].get("kernel"),
+        "record_db": opts.get("record_db"),
+        "record_id": rep.meta["record"].get("dynamic_hash") or opts.get("record_id"),
+        "space": rep.meta["space"].get("name"), "sampler": opts.get("sampler"),
+        **rep.objective.describe(),
+        "trials": {
+            "requested": opts.get("trials"), "counted": len(counted), "succeeded": len(rep.successes()),
+            "by_status": by_status, "duplicates": sum(1 for r in counted if r.duplicate_of is not None), **flags,
+        },
+        "banned_shapes": rep.meta.get("banned", []),
+        "baseline": None, "best": None,
+    }
+    if rep.baseline_config is not None:
+        summary["baseline"] = {
+            "config": rep.baseline_config.to_dict(), "status": rep.baseline_result.status if rep.baseline_result else None,
+            "metric_ns": rep.baseline_ns, "times": time_stats(rep.baseline_result.exec_time) if rep.baseline_result else {},
+            "registers": rep.baseline_result.reg_usage if rep.baseline_result else None,
+        }
+    best = rep.best()
+    if best is not None:
+        res = best.result
+        t = metric_ns(res.exec_time, rep.objective.metric) if res.exec_time else None
+        summary["best"] = {
+            "number": best.number, "config": best.config.to_dict() if best.config else None,
+            "config_hash": best.config_hash, "status": best.status, "values": best.values, "metric_ns": t,
+            "speedup": (rep.baseline_ns / t) if (t and rep.baseline_ns) else None,
+            "speedup_spread": speedup_spread(rep.baseline_ns, res.exec_time),
+            "times": time_stats(res.exec_time), "registers": res.reg_usage, "spills": res.spill_stores + res.spill_loads,
+            "obj_size": res.obj_size, "gpu_id": res.gpu_id, "gpu_name": res.gpu_name,
+        }
+    if rep.objective.multi:
+        summary["pareto"] = pareto(rep)
+    return summary
+
+
+def pareto(rep: StudyReport) -> List[Dict[str, Any]]:
+    """Non-dominated successful trials (all objectives as Optuna was told them)."""
+    pts = [r for r in rep.successes() if r.values]
+    signs = [1 if d == "minimize" else -1 for d in rep.objective.directions]
+
+    def dominated(a: TrialRow) -> bool:
+        av = [s * v for s, v in zip(signs, a.values)]
+        for b in pts:
+            bv = [s * v for s, v in zip(signs, b.values)]
+            if all(x <= y for x, y in zip(bv, av)) and any(x < y for x, y in zip(bv, av)):
+                return True
+        return False
+
+    return [{"number": r.number, "values": r.values, "config_hash": r.config_hash}
+            for r in sorted(pts, key=lambda r: r.values) if not dominated(r)]
+
+
+def _fmt_ns(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1000:.2f} us" if v >= 1000 else f"{v:.0f} ns"
+
+
+def summary_text(summary: Dict[str, Any]) -> str:
+    tr = summary["trials"]
+    lines = [
+        f"study {summary['study']}: {summary.get('kernel')} ({summary.get('space')} space, {summary.get('sampler')} "
+        f"sampler, objective {summary['objective']}/{summary['metric']})",
+        f"trials: {tr['counted']} of {tr['requested']} counted, {tr['succeeded']} succeeded; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(tr["by_status"].items()))
+        + (f"; {tr['duplicates']} answered from an earlier identical trial" if tr["duplicates"] else "")
+        + (f"; {tr['rejected']} samples rejected by constraints (no GPU time)" if tr["rejected"] else ""),
+    ]
+    b = summary.get("baseline")
+    if b:
+        lines.append(f"baseline (recorded launch, {b['config']['passes']}): {b['status']}, {_fmt_ns(b['metric_ns'])}")
+    best = summary.get("best")
+    if best:
+        sp = best.get("speedup")
+        spread = best.get("speedup_spread") or {}
+        sp_text = (f"{sp:.3f}x over the baseline (per-iteration spread {spread['min']:.3f}-{spread['max']:.3f}x, "
+                   f"IQR {spread['p25']:.3f}-{spread['p75']:.3f}x)") if sp and spread else ""
+        lines.append(f"best: trial {best['number']}, {_fmt_ns(best['metric_ns'])}, {best['registers']} registers "
+                     f"{sp_text}".rstrip())
+    else:
+        lines.append("best: none (no trial succeeded)")
+    if summary.get("banned_shapes"):
+        lines.append(f"banned block shapes (failed to launch): {', '.join(summary['banned_shapes'])}")
+    return "\n".join(lines)
+
+
+def write_results(study, out_dir: str) -> Dict[str, Any]:
+    """Write the results directory from the storage; returns the summary (with 'files')."""
+    import yaml
+
+    rep = load_report(study)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def dump(name: str, obj: Any) -> Path:
+        p = out / name
+        p.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+        return p
+
+    files = [
+        dump("config.json", {"study": rep.name, "options": rep.options, "record": rep.meta["record"],
+                             "fingerprints": rep.meta["fingerprints"], "directions": rep.meta["directions"]}),
+        dump("space.json", rep.meta["space"]),
+        dump("baseline.json", {
+            "config": rep.baseline_config.to_dict() if rep.baseline_config else None,
+            "result": rep.baseline_result.to_dict() if rep.baseline_result else None, "metric_ns": rep.baseline_ns,
+        }),
+    ]
+    p = out / "trials.jsonl"
+    with open(p, "w") as fd:
+        for r in rep.rows:
+            fd.write(json.dumps(r.to_json(), sort_keys=True, default=str) + "\n")
+    files.append(p)
+    table = verified_table(rep)
+    p = out / ("compiled.csv" if rep.objective.device_less else "verified.csv")
+    table.to_csv(p, index=False)
+    files.append(p)
+
+    summary = summarize(rep)
+    best = rep.best()
+    for stale in ("best.json", "best.yaml", "best.sh", "best.md"):
+        (out / stale).unlink(missing_ok=True)
+    if best is not None and best.config is not None:
+        opts = rep.options
+        rec = rep.meta["record"]
+        cmd = replay_command(opts.get("record_db", "REC.json"), rec.get("dynamic_hash") or opts.get("record_id"),
+                             best.config, opts.get("iterations"), opts.get("warmup"))
+        kernel = (rec.get("demangled") or rec.get("kernel") or "the kernel").split("(")[0]
+        changes = build_changes(best.config, rep.baseline_config, kernel,
+                                opts.get("arch") or rec.get("arch") or "sm_90", rec.get("specializable_args"))
+        doc = {"config": best.config.to_dict(), "config_hash": best.config_hash, "trial": best.number,
+               "speedup": summary["best"]["speedup"], "speedup_spread": summary["best"]["speedup_spread"],
+               "metric": rep.objective.metric, "metric_ns": summary["best"]["metric_ns"],
+               "baseline_ns": rep.baseline_ns, "replay_command": cmd, "build_changes": changes,
+               "result": best.result.to_dict()}
+        files.append(dump("best.json", doc))
+        p = out / "best.yaml"
+        p.write_text(yaml.safe_dump({k: doc[k] for k in doc if k != "result"}, sort_keys=False))
+        files.append(p)
+        p = out / "best.sh"
+        p.write_text(f"#!/bin/sh\n# best configuration of study {rep.name} (trial {best.number})\n{cmd}\n")
+        p.chmod(0o755)
+        files.append(p)
+        p = out / "best.md"
+        sp = summary["best"]["speedup"]
+        head = f"# Best configuration: trial {best.number}" + (f", {sp:.3f}x over the baseline" if sp else "")
+        p.write_text(head + "\n\nTo get it in the application:\n\n" + "".join(f"- {c}\n" for c in changes)
+                     + f"\nReplay it:\n\n    {cmd}\n")
+        files.append(p)
+        summary["best"]["replay_command"] = cmd
+        summary["best"]["build_changes"] = changes
+    text = summary_text(summary)
+    (out / "summary.txt").write_text(text + "\n")
+    files.append(out / "summary.txt")
+    summary["out_dir"] = str(out)
+    summary["files"] = [str(f) for f in files] + [str(out / "summary.json")]
+    dump("summary.json", summary)
+    summary["text"] = text
+    return summary

@@ -1,0 +1,256 @@
+"""The Optuna study as the one record of a tuning run.
+
+Storage (`--storage`):
+- nothing: SQLite at `<output>/study.db` (WAL journal, so several local processes can share it);
+- `sqlite:///PATH`, `postgresql://USER@HOST/DB` (any SQLAlchemy URL Optuna's RDB storage takes);
+- `journal:PATH` (or a path ending in .log/.journal): Optuna's journal file storage, an append-only file with a
+  lock; fastest on one machine, and the choice where no database server exists.
+
+What the study holds besides Optuna's own trials (all as user attributes, so a results directory can be
+written from the storage alone):
+- study: `mneme.fingerprints` (record, space, objective: a resume refuses when one changed), `mneme.options`,
+  `mneme.record`, `mneme.space`, `mneme.baseline`, `mneme.banned` (block shapes that failed to launch),
+  `mneme.heartbeat.<owner>` (when each tuning process last showed it was alive);
+- trial: `mneme.claim` (owner process, configuration and its hash, set when the trial starts),
+  `mneme.result` (the ExperimentResult with its status), `mneme.flag` for trials that do not count:
+  `rejected` (broke a constraint, never ran), `surplus` (asked beyond --trials by a racing process),
+  `retried` (its process died; the same parameters were queued again).
+
+Several processes share one study safely: trial numbers come from the storage, a process only runs a trial
+whose rank among counted trials is within --trials, a configuration already claimed by an earlier trial is
+not run again (the later trial copies its result), and a trial whose process stopped heartbeating is failed
+and queued again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import random
+import re
+import socket
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from mneme.errors import ConfigurationError
+
+A_FINGERPRINTS = "mneme.fingerprints"
+A_OPTIONS = "mneme.options"
+A_RECORD = "mneme.record"
+A_SPACE = "mneme.space"
+A_BASELINE = "mneme.baseline"
+A_BANNED = "mneme.banned"
+A_HEARTBEAT = "mneme.heartbeat."
+T_CLAIM = "mneme.claim"
+T_RESULT = "mneme.result"
+T_FLAG = "mneme.flag"
+EXCLUDED = ("rejected", "surplus", "retried")
+
+
+def _optuna():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def new_owner() -> str:
+    """A name for this tuning process, unique across machines and restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def storage_url(spec: Optional[str], output: str) -> str:
+    """The storage URL for --storage (None: SQLite inside the output directory)."""
+    if not spec:
+        return f"sqlite:///{Path(output).resolve() / 'study.db'}"
+    if spec.startswith("journal:"):
+        return spec
+    if "://" not in spec and (spec.endswith(".log") or spec.endswith(".journal")):
+        return f"journal:{spec}"
+    if "://" not in spec:
+        raise ConfigurationError(
+            f"--storage {spec!r}: expected a database URL (sqlite:///PATH, postgresql://USER@HOST/DB) or "
+            "journal:PATH"
+        )
+    return spec
+
+
+def _sqlite_creator(path: str):
+    def connect():
+        conn = sqlite3.connect(path, timeout=120, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    return connect
+
+
+def redacted(text: str) -> str:
+    """A URL (or a message quoting one) without its password."""
+    return re.sub(r"(://[^:/@\s]+:)\S+@", r"\1***@", text)
+
+
+def _with_available_driver(url: str) -> str:
+    """postgresql:// means psycopg (3) to SQLAlchemy 2.1; use psycopg2 when only that one is installed."""
+    import importlib.util
+
+    scheme, sep, rest = url.partition("://")
+    if scheme in ("postgresql", "postgres") and importlib.util.find_spec("psycopg") is None \
+            and importlib.util.find_spec("psycopg2") is not None:
+        return f"postgresql+psycopg2://{rest}"
+    return url
+
+
+def open_storage(url: str):
+    """An Optuna storage object for a URL from `storage_url`."""
+    optuna = _optuna()
+    if url.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+
+        path = url[len("journal:"):]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+    kwargs: Dict[str, Any] = {}
+    url = _with_available_driver(url)
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            kwargs["creator"] = _sqlite_creator(path)
+    else:
+        kwargs["pool_pre_ping"] = True
+    for attempt in range(6):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except Exception as e:  # noqa: BLE001 - sqlalchemy/driver errors vary; say what failed and where
+            # processes that start together race to create the schema; the loser finds it made and goes on
+            racing = type(e).__name__ in ("IntegrityError", "OperationalError", "ProgrammingError")
+            if attempt < 5 and racing:
+                time.sleep(0.1 + random.random() * 0.4)
+                continue
+            raise ConfigurationError(
+                f"--storage {redacted(url)}: cannot open the study storage ({type(e).__name__}: {redacted(str(e))})"
+            ) from None
+    raise AssertionError("unreachable")
+
+
+def record_fingerprint(record: Any, instance: Any) -> str:
+    """Changes when the recorded kernel changes: hashes, geometry, arguments, IR contents, snapshot sizes."""
+    h = hashlib.sha256()
+    h.update(json.dumps(
+        {"static": record.static_hash, "dynamic": instance.dynamic_hash, "kernel": record.kernel_name,
+         "instance": instance.to_dict() | {"Prologue": "", "Epilogue": ""}},
+        sort_keys=True, default=str,
+    ).encode())
+    for f in sorted(record.llvm_files):
+        p = Path(f)
+        h.update(hashlib.sha256(p.read_bytes()).digest() if p.exists() else b"missing:" + f.encode())
+    for f in (instance.prologue_fn, instance.epilogue_fn):
+        p = Path(f)
+        h.update(str(p.stat().st_size if p.exists() else -1).encode())
+    return h.hexdigest()
+
+
+def fingerprint_of(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def open_study(storage, name: str, directions: Sequence[str], sampler, fingerprints: Dict[str, str], resume: bool):
+    """Create the study, or load it when resuming; refuse a resume whose record, space or objective changed."""
+    optuna = _optuna()
+    exists = name in [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    if exists and not resume:
+        raise ConfigurationError(
+            f"study {name!r} already exists in this storage; pass --resume to continue it, or --study to name a new one"
+        )
+    study = optuna.create_study(
+        storage=storage, study_name=name, directions=list(directions), sampler=sampler, load_if_exists=True,
+    )
+    stored = study.user_attrs.get(A_FINGERPRINTS)
+    if stored:
+        changed = [k for k in ("record", "space", "objective") if stored.get(k) != fingerprints.get(k)]
+        if changed:
+            what = {"record": "the record (kernel, geometry, IR or snapshots)", "space": "the search space",
+                    "objective": "the objective, metric or sampler's objective count"}
+            raise ConfigurationError(
+                f"study {name!r} cannot be resumed: {' and '.join(what[k] for k in changed)} changed since it was "
+                "created; start a new study with --study NAME"
+            )
+    elif [d.name.lower() for d in study.directions] != [d.lower() for d in directions]:
+        raise ConfigurationError(f"study {name!r} optimises {study.directions}, not {list(directions)}")
+    return study, bool(stored)
+
+
+def load_study(storage, name: str):
+    optuna = _optuna()
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise ConfigurationError(f"no study {name!r} in this storage") from None
+
+
+def flag(trial) -> str:
+    return str(trial.user_attrs.get(T_FLAG, ""))
+
+
+def counts(trial) -> bool:
+    """Whether a trial counts toward --trials (queued ones and excluded ones do not)."""
+    return trial.state.name != "WAITING" and flag(trial) not in EXCLUDED
+
+
+def claim(trial) -> Dict[str, Any]:
+    return trial.user_attrs.get(T_CLAIM) or {}
+
+
+@dataclass
+class Ledger:
+    """One snapshot of the study's trials, with the questions the tuner asks of it."""
+
+    trials: List[Any]
+
+    def __post_init__(self) -> None:
+        self.counted = [t for t in self.trials if counts(t)]
+        self.numbers = sorted(t.number for t in self.counted)
+        self.by_number = {t.number: t for t in self.trials}
+        self.first_by_hash: Dict[str, Any] = {}
+        for t in sorted(self.counted, key=lambda t: t.number):
+            h = claim(t).get("config_hash")
+            if h and h not in self.first_by_hash:
+                self.first_by_hash[h] = t
+
+    def rank(self, number: int) -> int:
+        """1-based position of a counted trial among the counted trials (by trial number)."""
+        return bisect.bisect_right(self.numbers, number)
+
+    def original(self, config_hash: str, number: int):
+        """The earliest counted trial before `number` that claimed the same configuration."""
+        t = self.first_by_hash.get(config_hash)
+        return t if t is not None and t.number < number else None
+
+    def stale(self, heartbeats: Dict[str, float], me: str, stale_after: float, now: Optional[float] = None) -> List[Any]:
+        """Running trials whose process stopped heartbeating (never this process's own)."""
+        now = time.time() if now is None else now
+        out = []
+        for t in self.counted:
+            if t.state.name != "RUNNING":
+                continue
+            owner = claim(t).get("owner")
+            if owner == me:
+                continue
+            seen = heartbeats.get(owner) if owner else None
+            if seen is None:
+                start = t.datetime_start.timestamp() if t.datetime_start else now
+                seen = start
+            if now - seen > stale_after:
+                out.append(t)
+        return out
+
+
+def heartbeats(study) -> Dict[str, float]:
+    return {k[len(A_HEARTBEAT):]: float(v) for k, v in study.user_attrs.items() if k.startswith(A_HEARTBEAT)}
