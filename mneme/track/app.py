@@ -1,0 +1,202 @@
+"""The Hydra app's job: one composed config -> one experiment (replay, compile-only or record), one run.
+
+A job builds the same objects as the CLI: the record and instance from `record.*`, the replay
+configuration from `replay.*` (launch fields left at null take the recorded values), the measurement
+settings from `measure.*`. It then evaluates the configuration, unless the launcher already did so on
+the AsyncReplayExecutor (`prepared`), logs the run to MLflow and returns a small dict the sweeper reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
+from mneme.errors import ConfigurationError, MnemeError
+from mneme.track import schema, session
+from mneme.track.records import kernel_artifacts
+
+#: job number -> (future of the executor, compile cache directory), set by the executor launcher
+_prepared: Dict[int, Tuple[Future, Optional[str]]] = {}
+
+
+@dataclass
+class Target:
+    """The recorded kernel instance a config points at."""
+
+    db: str
+    record: Any  # RecordedExecution
+    instance: Any  # KernelInstance
+
+    @property
+    def kernel(self) -> str:
+        return self.record.demangled_name or self.record.kernel_name
+
+    @functools.cached_property
+    def baseline(self) -> ExperimentConfiguration:
+        """The recorded launch at default<O3>, as the replay pipeline defines it."""
+        from mneme.replay.pipeline import ReplayPipeline
+
+        return ReplayPipeline(self.db, self.instance.dynamic_hash, device_id=None).baseline_config()
+
+
+@functools.lru_cache(maxsize=64)
+def _load(db: str, record_id: Optional[str]) -> Target:
+    from mneme.record.db import RecordedExecution
+
+    record = RecordedExecution.from_json(db)
+    return Target(db, record, record.instance(record_id))
+
+
+def target(cfg: Any) -> Target:
+    if not cfg.record.db:
+        raise ConfigurationError(
+            "record.db is not set: pass record.db=PATH/<static-hash>.json (a record DB written by `mneme record`)"
+        )
+    return _load(str(Path(str(cfg.record.db)).resolve()), cfg.record.id or None)
+
+
+def experiment(cfg: Any) -> Tuple[Target, ExperimentConfiguration, MeasurementSettings]:
+    """What a composed config asks to run: the target, its replay configuration and the settings."""
+    tgt = target(cfg)
+    config = schema.configuration(cfg.replay, tgt.baseline)
+    return tgt, config, schema.settings(cfg.measure)
+
+
+def compile_only(cfg: Any) -> bool:
+    devices = cfg.executor.devices
+    return cfg.mode == "compile_only" or (devices is not None and len(devices) == 0)
+
+
+# -- evaluation --------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def prepared(job_num: int, future: Future, cache_dir: Optional[str]) -> Iterator[None]:
+    """Hand a job its result from the executor (used by the launcher around Hydra's run_job)."""
+    _prepared[job_num] = (future, cache_dir)
+    try:
+        yield
+    finally:
+        _prepared.pop(job_num, None)
+
+
+def _failed(config: ExperimentConfiguration, exc: BaseException, role: str) -> ExperimentResult:
+    from mneme.tune.executor import failed_result
+    from mneme.tune.worker import classify
+
+    return failed_result(config, classify(exc, role), f"{type(exc).__name__}: {exc}")
+
+
+def evaluate(cfg: Any, tgt: Target, config: ExperimentConfiguration, settings: MeasurementSettings):
+    """(result, compiled kernel or None) for one configuration, in this process, through the same backend
+    the executor's workers use (`executor.backend`)."""
+    from mneme.tune.worker import load_object
+
+    devices = list(cfg.executor.devices or [])
+    device_less = compile_only(cfg)
+    backend = load_object(cfg.executor.backend)(
+        record_db=tgt.db, record_id=tgt.instance.dynamic_hash, device_id=None if device_less else (devices or [0])[0],
+        settings=settings.to_dict(), cache_dir=cfg.executor.cache_dir,
+    )
+    compiled = None
+    try:
+        compiled = backend.compile(config)
+        if device_less:
+            return backend.describe(compiled, config), compiled
+        backend.open()
+        return backend.run(compiled, config), compiled
+    except MnemeError as e:
+        return _failed(config, e, "compile" if compiled is None else "gpu"), compiled
+    finally:
+        backend.close()
+
+
+# -- the job -----------------------------------------------------------------------------------------------
+def _job() -> Tuple[int, bool]:
+    """(job number, multirun?) from Hydra's runtime config."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    num = int(hc.job.num) if hc.job.get("num") is not None else 0
+    return num, hc.mode == RunMode.MULTIRUN
+
+
+def run(cfg: Any) -> Dict[str, Any]:
+    """The task function of `python -m mneme`."""
+    from omegaconf import OmegaConf
+
+    from mneme.tune.objective import metric_ns, succeeded
+
+    if cfg.mode == "record":
+        return record(cfg)
+    if cfg.mode not in schema.MODES:
+        raise ConfigurationError(f"mode={cfg.mode!r} is unknown; choose one of {', '.join(schema.MODES)}")
+    num, multirun = _job()
+    sess = session.get(cfg.tracking, cfg.name, multirun).open()  # a bad store fails here, before the GPU
+    tgt, config, settings = experiment(cfg)
+    sweep = sess.sweep()
+    role = cfg.tracking.role
+    trial = cfg.tracking.trial if cfg.tracking.trial is not None else num
+    name = "baseline" if role == "baseline" else f"{role}-{trial}"
+    ready = _prepared.get(num)
+    # a job that evaluates here shows as RUNNING meanwhile (and ends KILLED if interrupted)
+    key = sweep.start_trial(name, tags={"mneme.trial": trial, "mneme.role": role}) if sweep and not ready else None
+    compiled, cache_dir = None, None
+    if ready is not None:
+        result, cache_dir = ready[0].result(), ready[1]
+    else:
+        result, compiled = evaluate(cfg, tgt, config, settings)
+    baseline_ns = cfg.tracking.baseline_ns
+    if role == "baseline" and baseline_ns is None:
+        baseline_ns = metric_ns(result.exec_time, cfg.study.metric) if succeeded(result, False) else None
+    keep = bool(cfg.tracking.artifacts)
+    common = dict(
+        config=config, settings=settings, result=result, baseline_ns=baseline_ns, kernel=tgt.kernel,
+        static_hash=tgt.record.static_hash, dynamic_hash=tgt.instance.dynamic_hash,
+        artifacts=kernel_artifacts(compiled) if keep else {}, compile_cache=cache_dir if keep else None,
+        config_yaml=OmegaConf.to_yaml(cfg), tags={"mneme.mode": cfg.mode},
+    )
+    if sweep is not None:
+        sweep.trial(trial, key=key, role=role, name=name, **common)
+    elif sess.enabled:
+        sess.tracker.log_experiment({**common, "name": f"{cfg.name} {tgt.kernel}", "role": cfg.name},
+                                    parent=sess.parent_run_id)
+    line = summary_line(tgt, config, result)
+    print(line, file=sys.stderr if multirun else sys.stdout, flush=True)
+    return {"status": result.status, "result": result.to_dict(), "config": config.to_dict()}
+
+
+def summary_line(tgt: Target, config: ExperimentConfiguration, result: ExperimentResult) -> str:
+    from mneme.track.records import time_stats
+
+    stats = time_stats(result.exec_time)
+    head = f"{tgt.kernel} [{config.hash()[:12]}] {result.status or ('failed' if result.failed else 'compiled')}"
+    parts = [f"block={config.block} grid={config.grid} passes={config.passes}"]
+    if stats:
+        parts.append(f"median={stats['median']:.0f} ns")
+    parts.append(f"regs={result.reg_usage} lmem={result.local_mem_usage} size={result.obj_size}")
+    if result.error:
+        parts.append(f"error: {result.error.splitlines()[0][:200]}")
+    return head + ": " + ", ".join(parts)
+
+
+def record(cfg: Any) -> Dict[str, Any]:
+    """`+experiment=record`: run the app under the recorder (what `mneme record` does)."""
+    from omegaconf import OmegaConf
+
+    from mneme import cli
+
+    app = [str(a) for a in OmegaConf.to_container(cfg.record.app)]
+    if not app:
+        raise ConfigurationError("record.app is empty: pass 'record.app=[./app, arg1, ...]'")
+    args = [str(a) for a in OmegaConf.to_container(cfg.record.args)]
+    code = cli.main(["record", "-rdb", str(cfg.record.dir), *args, "--", *app])
+    if code != 0:
+        raise MnemeError(f"`mneme record` exited with {code}")
+    return {"status": "recorded", "dir": str(Path(str(cfg.record.dir)).resolve())}
+

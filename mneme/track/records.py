@@ -1,0 +1,292 @@
+"""What one experiment becomes in MLflow: params, tags, metrics and a run status.
+
+Pure functions over the project's dataclasses, with no MLflow import, so that the search process can
+turn a result into a loggable record in microseconds and hand it to the writer (see `writer.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+import statistics
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from mneme import __version__
+from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
+from mneme.tune.objective import speedup
+
+#: MLflow's limits (mlflow.utils.validation); longer values are cut, the full text is in result.json.
+MAX_PARAM_LEN = 6000
+MAX_TAG_LEN = 8000
+
+#: ExperimentResult field -> metric name (units in the name so plots need no legend).
+RESOURCE_METRICS = {
+    "preprocess_ir_time": "preprocess_time_s",
+    "opt_time": "opt_time_s",
+    "codegen_time": "codegen_time_s",
+    "ptx_time": "ptx_time_s",
+    "cubin_time": "cubin_time_s",
+    "obj_size": "obj_size_bytes",
+    "reg_usage": "registers",
+    "local_mem_usage": "local_mem_bytes",
+    "const_mem_usage": "const_mem_bytes",
+    "shared_mem_usage": "shared_mem_bytes",
+    "spill_stores": "spill_stores",
+    "spill_loads": "spill_loads",
+    "stack_size": "stack_bytes",
+}
+EXEC_METRIC = "exec_time_ns"
+TIME_STATS = ("median", "min", "mean", "std")
+
+#: Run states in MLflow's vocabulary.
+FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
+
+Metric = Tuple[str, float, int]  # (key, value, step)
+Artifact = Union[bytes, str, Path]
+
+
+@dataclass
+class RunRecord:
+    """Everything one run gets, ready for the writer: it pickles cheaply across processes."""
+
+    name: str
+    params: Dict[str, str] = field(default_factory=dict)
+    tags: Dict[str, str] = field(default_factory=dict)
+    metrics: List[Metric] = field(default_factory=list)
+    #: artifact file name -> content (str is text, bytes as is) or a pathlib.Path to copy
+    artifacts: Dict[str, Artifact] = field(default_factory=dict)
+    status: str = FINISHED
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """{'grid': {'x': 1}} -> {'grid.x': 1}; lists stay values."""
+    out: Dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _text(v: Any, limit: int) -> str:
+    s = "None" if v is None else str(v)
+    mark = "...[truncated]"
+    return s if len(s) <= limit else s[: limit - len(mark)] + mark
+
+
+def config_params(
+    config: ExperimentConfiguration, settings: Optional[MeasurementSettings] = None
+) -> Dict[str, str]:
+    """The flattened replay configuration (`replay.*`) and measurement settings (`measure.*`)."""
+    flat = {f"replay.{k}": v for k, v in flatten(config.to_dict()).items()}
+    if settings is not None:
+        flat.update({f"measure.{k}": v for k, v in flatten(settings.to_dict()).items()})
+    return {k: _text(v, MAX_PARAM_LEN) for k, v in flat.items()}
+
+
+def time_stats(exec_time: List[float]) -> Dict[str, float]:
+    """Median, min, mean and (population) std of the timed iterations; empty when nothing ran."""
+    if not exec_time:
+        return {}
+    xs = [float(x) for x in exec_time]
+    return {
+        "median": float(statistics.median(xs)),
+        "min": min(xs),
+        "mean": statistics.fmean(xs),
+        "std": statistics.pstdev(xs) if len(xs) > 1 else 0.0,
+    }
+
+
+def result_metrics(
+    result: ExperimentResult, baseline_ns: Optional[float] = None, metric: str = "median"
+) -> List[Metric]:
+    """Every metric of one experiment; each timed iteration is one step of `exec_time_ns`.
+
+    Speedup is given only for verified runs: a wrong answer fast is no speedup.
+    """
+    out: List[Metric] = [(EXEC_METRIC, float(t), i) for i, t in enumerate(result.exec_time)]
+    out += [(f"exec_time_{k}_ns", v, 0) for k, v in time_stats(result.exec_time).items()]
+    for attr, name in RESOURCE_METRICS.items():
+        out.append((name, float(getattr(result, attr) or 0), 0))
+    out.append(("compile_time_s", compile_seconds(result), 0))
+    if result.executed:
+        out.append(("verified", 1.0 if result.verified else 0.0, 0))
+        out.append(("occupancy", float(result.occupancy or 0.0), 0))
+        out.append(("fidelity", float(result.fidelity or 0.0), 0))
+    s = speedup(baseline_ns, result, metric)
+    if s is not None:
+        out.append(("speedup", s, 0))
+    out.append(("cache_hit", 1.0 if result.cache_hit else 0.0, 0))
+    return [(k, v, step) for k, v, step in out if math.isfinite(v)]
+
+
+def compile_seconds(result: ExperimentResult) -> float:
+    """IR preprocessing + optimization + code generation (PTX and cubin, or codegen when not split)."""
+    codegen = (result.ptx_time or 0) + (result.cubin_time or 0) or (result.codegen_time or 0)
+    return float((result.preprocess_ir_time or 0) + (result.opt_time or 0) + codegen)
+
+
+def run_status(result: ExperimentResult) -> str:
+    """FINISHED for a verified run or a successful compile-only one; FAILED for anything else."""
+    if result.failed or result.error:
+        return FAILED
+    if result.executed and not result.verified:
+        return FAILED
+    return FINISHED
+
+
+@functools.lru_cache(maxsize=None)
+def git_commit() -> str:
+    """The commit of the mneme checkout this code runs from ('unknown' outside a git checkout)."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_environment() -> Tuple[str, str]:
+    """(GPU name, driver version) from nvidia-smi; ('none', 'none') on a machine without a GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return "none", "none"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "none", "none"
+    first = out.stdout.strip().splitlines()[:1]
+    if out.returncode != 0 or not first or "," not in first[0]:
+        return "none", "none"
+    name, driver = (s.strip() for s in first[0].split(",", 1))
+    return name, driver
+
+
+def environment_tags(gpu_name: str = "", driver: str = "") -> Dict[str, str]:
+    """Where a run ran: mneme version, git commit, GPU and driver."""
+    smi_gpu, smi_driver = gpu_environment()
+    commit = git_commit()
+    return {
+        "mneme.version": __version__,
+        "mneme.git_commit": commit,
+        "mlflow.source.git.commit": commit,
+        "mneme.gpu": gpu_name or smi_gpu,
+        "mneme.driver": driver or smi_driver,
+    }
+
+
+def result_tags(
+    result: ExperimentResult,
+    config: ExperimentConfiguration,
+    *,
+    kernel: str = "",
+    static_hash: str = "",
+    dynamic_hash: str = "",
+) -> Dict[str, str]:
+    """The identity of one experiment: hashes, kernel, status and, when it failed, the error."""
+    tags = {
+        "mneme.config_hash": result.config_hash or config.hash(),
+        "mneme.code_hash": result.code_hash or "",
+        "mneme.static_hash": static_hash,
+        "mneme.dynamic_hash": dynamic_hash,
+        "mneme.kernel": kernel,
+        "mneme.status": result.status or ("failed" if result.failed else "compiled"),
+    }
+    if result.gpu_name:
+        tags["mneme.gpu"] = result.gpu_name
+    if result.error:
+        tags["mneme.error"] = _text(result.error, MAX_TAG_LEN)
+        tags["mlflow.note.content"] = _text(f"{result.status or 'failed'}: {result.error}", MAX_TAG_LEN)
+    return {k: _text(v, MAX_TAG_LEN) for k, v in tags.items()}
+
+
+def kernel_artifacts(compiled: Any) -> Dict[str, Artifact]:
+    """The optimized IR, PTX and cubin of a compiled kernel (mneme.ir.CompiledKernel), as run artifacts."""
+    if compiled is None:
+        return {}
+    out: Dict[str, Artifact] = {}
+    if getattr(compiled, "ll", None):
+        out["kernel.ll"] = compiled.ll
+    if getattr(compiled, "ptx", None):
+        out["kernel.ptx"] = compiled.ptx
+    cubin = getattr(getattr(compiled, "cubin", None), "cubin", None)
+    if cubin:
+        out["kernel.cubin"] = bytes(cubin)
+    return out
+
+
+def tags_text(tags: Mapping[str, Any]) -> Dict[str, str]:
+    return {str(k): _text(v, MAX_TAG_LEN) for k, v in tags.items() if v is not None}
+
+
+def experiment_record(
+    name: str,
+    config: ExperimentConfiguration,
+    settings: Optional[MeasurementSettings],
+    result: ExperimentResult,
+    *,
+    role: str = "trial",
+    baseline_ns: Optional[float] = None,
+    metric: str = "median",
+    kernel: str = "",
+    static_hash: str = "",
+    dynamic_hash: str = "",
+    artifacts: Optional[Mapping[str, Artifact]] = None,
+    compile_cache: Optional[str] = None,
+    config_yaml: Optional[str] = None,
+    tags: Optional[Mapping[str, Any]] = None,
+) -> RunRecord:
+    """One experiment as a run: params, metrics, identity tags, and the config and result as files.
+
+    `compile_cache` is a compile-cache directory (mneme.ir.CompileCache) that holds the kernel the
+    result's code hash names: its .ll, .ptx and .cubin become artifacts (read here, in the writer).
+    `config_yaml` is the composed Hydra config when there is one; otherwise the replay configuration
+    and measurement settings are written, so every run can be reproduced from its artifacts.
+    """
+    import json
+
+    import yaml
+
+    if config_yaml is None:
+        config_yaml = yaml.safe_dump(
+            {"replay": config.to_dict(), "measure": settings.to_dict() if settings else {}}, sort_keys=False
+        )
+    body = {
+        "configuration": config.to_dict(),
+        "settings": settings.to_dict() if settings else None,
+        "result": result.to_dict(),
+        "speedup": speedup(baseline_ns, result, metric),
+        "kernel": kernel,
+        "static_hash": static_hash,
+        "dynamic_hash": dynamic_hash,
+    }
+    files: Dict[str, Artifact] = dict(artifacts or {})
+    if compile_cache and result.code_hash and not files:
+        from mneme.ir.compile import CompileCache
+
+        files.update(kernel_artifacts(CompileCache(compile_cache).get(result.code_hash)))
+    files["config.yaml"] = config_yaml
+    files["result.json"] = json.dumps(body, indent=2, default=str) + "\n"
+    all_tags = environment_tags()
+    all_tags.update(result_tags(result, config, kernel=kernel, static_hash=static_hash, dynamic_hash=dynamic_hash))
+    all_tags["mneme.role"] = role
+    all_tags.update(tags_text(tags or {}))
+    return RunRecord(
+        name=name,
+        params=config_params(config, settings),
+        tags=all_tags,
+        metrics=result_metrics(result, baseline_ns, metric),
+        artifacts=files,
+        status=run_status(result),
+    )

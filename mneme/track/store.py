@@ -1,0 +1,78 @@
+"""Which MLflow store to use, and whether it can be used, decided before any GPU work starts."""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+from mneme.errors import ConfigurationError
+
+#: MLflow's own default local store (relative to the working directory).
+DEFAULT_URI = "sqlite:///mlflow.db"
+
+_OFF_HINT = "or turn tracking off (tracking.enabled=false in a Hydra app, --no-track for `mneme tune`)"
+
+
+def resolve_uri(uri: Optional[str] = None) -> str:
+    """The tracking URI: the given one, else MLFLOW_TRACKING_URI, else ./mlflow.db; made absolute.
+
+    Absolute because Hydra jobs may change directory and the writer runs in another process: every
+    run of a sweep must land in the one store the user meant.
+    """
+    uri = (uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI).strip()
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rel = uri[len("sqlite:///"):]
+        if rel and rel != ":memory:":
+            return "sqlite:///" + str(Path(rel).resolve())
+    if uri.startswith("file:") or "://" not in uri:
+        path = uri[len("file://"):] if uri.startswith("file://") else uri[len("file:"):] if uri.startswith("file:") else uri
+        return "file://" + str(Path(path).resolve())
+    return uri
+
+
+def local_path(uri: str) -> Optional[Path]:
+    """The file or directory behind a local store URI (None for servers and databases)."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):] or ".")
+    if uri.startswith("file://"):
+        return Path(uri[len("file://"):])
+    return None
+
+
+def check_store(uri: str, timeout: float = 5.0) -> None:
+    """Refuse a store that cannot work, naming the setting to change.
+
+    Servers are probed at /health with a short timeout (MLflow's client would retry for minutes);
+    local stores need a writable directory. Databases (postgresql://...) are checked by the writer
+    when it connects.
+    """
+    if uri.startswith(("http://", "https://")):
+        url = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                if resp.status >= 400:
+                    raise urllib.error.HTTPError(url, resp.status, "bad status", resp.headers, None)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", e)
+            raise ConfigurationError(
+                f"MLflow tracking server {uri} is unreachable ({reason}); start it (`mlflow server`), "
+                f"set tracking.uri or MLFLOW_TRACKING_URI to a running one, {_OFF_HINT}"
+            ) from None
+        return
+    path = local_path(uri)
+    if path is None:
+        return
+    directory = path.parent if uri.startswith("sqlite:") else path if path.is_dir() else path.parent
+    if not directory.is_dir():
+        raise ConfigurationError(
+            f"MLflow store {uri}: directory {directory} does not exist; create it or set tracking.uri / "
+            f"MLFLOW_TRACKING_URI to a writable place, {_OFF_HINT}"
+        )
+    if not os.access(directory, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigurationError(
+            f"MLflow store {uri} is not writable; set tracking.uri or MLFLOW_TRACKING_URI to a writable place, "
+            f"{_OFF_HINT}"
+        )

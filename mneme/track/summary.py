@@ -1,0 +1,119 @@
+"""What a sweep's parent run gets at the end: counts, the best configuration, and the plots.
+
+Computed from the store, not from memory, so trials logged by other processes sharing the study
+count too. Runs in the writer (see `Tracker.call`), after every trial of this process is written.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import pandas as pd
+import yaml
+
+from mneme.config import ExperimentConfiguration
+from mneme.track import plots, runs
+
+
+def _value(text: str) -> Any:
+    if text == "None":
+        return None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def unflatten(params: Dict[str, str], prefix: str) -> Dict[str, Any]:
+    """{'replay.grid.x': '4'} -> {'grid': {'x': 4}} for the keys under `prefix`."""
+    out: Dict[str, Any] = {}
+    for key, text in sorted(params.items()):
+        if not key.startswith(prefix + "."):
+            continue
+        node = out
+        *parents, leaf = key[len(prefix) + 1:].split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = _value(text)
+    return out
+
+
+def canonical(replay: Dict[str, Any]) -> Dict[str, Any]:
+    """The replay configuration in the dataclass's own field order (as `mneme replay` prints it)."""
+    try:
+        return ExperimentConfiguration.from_dict(replay).to_dict()
+    except (KeyError, TypeError, ValueError):
+        return replay
+
+
+def trials_table(df: pd.DataFrame, metric: str = "median") -> pd.DataFrame:
+    """trial, verified, speedup, time_ns, registers, local_mem: the columns the plots draw."""
+    def col(name: str) -> pd.Series:
+        return pd.to_numeric(df[name], errors="coerce") if name in df else pd.Series([float("nan")] * len(df), index=df.index)
+
+    trial = col("tags.mneme.trial")
+    fallback = pd.Series(range(len(df)), index=df.index, dtype=float)
+    return pd.DataFrame({
+        "trial": trial.fillna(fallback),
+        "verified": col("metrics.verified").fillna(0),
+        "speedup": col("metrics.speedup"),
+        "time_ns": col(runs.time_column(metric)),
+        "registers": col("metrics.registers"),
+        "local_mem": col("metrics.local_mem_bytes"),
+    })
+
+
+def summarize_sweep(client, parent_run_id: str, metric: str = "median", title: str = "") -> Optional[Dict[str, Any]]:
+    """Log counts, best configuration and plots to the parent run; returns the best row as a dict."""
+    from mlflow.entities import Metric, RunTag
+
+    parent = client.get_run(parent_run_id)
+    children = runs.search(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    df = runs.frame(children)
+    table = trials_table(df, metric) if not df.empty else pd.DataFrame()
+    now = parent.info.start_time or 0
+    counts = {
+        "runs": float(len(df)),
+        "verified_runs": float((table["verified"] == 1).sum()) if not table.empty else 0.0,
+        "failed_runs": float((df["status"] == "FAILED").sum()) if not df.empty else 0.0,
+    }
+    metrics = [Metric(k, v, now, 0) for k, v in counts.items()]
+    tags = []
+    best = runs.ranked(df, metric).head(1) if not df.empty else df
+    best_row: Optional[Dict[str, Any]] = None
+    with tempfile.TemporaryDirectory(prefix="mneme-summary-") as tmp:
+        out = Path(tmp)
+        if not best.empty:
+            best_row = best.iloc[0].to_dict()
+            params = {k[len("params."):]: v for k, v in best_row.items() if k.startswith("params.") and isinstance(v, str)}
+            config = {"replay": canonical(unflatten(params, "replay")), "measure": unflatten(params, "measure")}
+            info = {
+                "run_id": best_row["run_id"],
+                "run_name": best_row["run_name"],
+                "kernel": best_row.get(runs.KERNEL, ""),
+                "config_hash": best_row.get("tags.mneme.config_hash", ""),
+                "time_ns": best_row.get(runs.time_column(metric)),
+                "speedup": best_row.get("metrics.speedup"),
+            }
+            info = {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in info.items()}
+            (out / "best_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+            (out / "best_config.json").write_text(json.dumps({**info, **config}, indent=2, default=str) + "\n")
+            tags += [RunTag("mneme.best_run_id", info["run_id"]), RunTag("mneme.best_config_hash", str(info["config_hash"]))]
+            for name, key in (("best_exec_time_ns", "time_ns"), ("best_speedup", "speedup")):
+                if info[key] is not None:
+                    metrics.append(Metric(name, float(info[key]), now, 0))
+        if not table.empty:
+            timed = table[(table["verified"] == 1) & table["time_ns"].notna()]
+            if table["speedup"].notna().any():
+                plots.speedup_over_trials(table, out / "speedup_over_trials.png", title)
+            if not timed.empty and timed["registers"].notna().any():
+                plots.pareto_time_registers(timed, out / "pareto_time_registers.png", title)
+            if timed.empty and table["registers"].notna().any():
+                plots.compile_metrics_over_trials(table, out / "registers_over_trials.png", title)
+        client.log_batch(parent_run_id, metrics=metrics, tags=tags)
+        if any(out.iterdir()):
+            client.log_artifacts(parent_run_id, str(out))
+    return best_row

@@ -1,0 +1,96 @@
+"""What one experiment becomes in MLflow (pure functions, no store)."""
+
+import json
+
+import yaml
+
+from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings, dim3
+from mneme.track import records
+from mneme.track.plots import pareto_front
+from mneme.track.summary import canonical, unflatten
+
+
+def _result(**kw):
+    base = dict(exec_time=[100, 120, 110, 90], executed=True, verified=True, status="verified",
+                reg_usage=32, local_mem_usage=8, obj_size=4096, opt_time=0.01, codegen_time=0.02)
+    base.update(kw)
+    return ExperimentResult(**base)
+
+
+def test_params_flatten_configuration_and_settings():
+    cfg = ExperimentConfiguration(grid=dim3(8, 2), block=dim3(128), passes="default<O2>")
+    p = records.config_params(cfg, MeasurementSettings(iterations=7))
+    assert p["replay.grid.x"] == "8" and p["replay.grid.y"] == "2" and p["replay.block.x"] == "128"
+    assert p["replay.passes"] == "default<O2>"
+    assert p["measure.iterations"] == "7" and p["measure.atol"] == "None"
+    assert all(isinstance(v, str) for v in p.values())
+
+
+def test_long_values_are_cut_to_mlflow_limits():
+    cfg = ExperimentConfiguration(passes="instcombine," * 1000)
+    p = records.config_params(cfg)
+    assert len(p["replay.passes"]) == records.MAX_PARAM_LEN and p["replay.passes"].endswith("[truncated]")
+
+
+def test_metrics_have_time_statistics_and_one_step_per_iteration():
+    m = records.result_metrics(_result(), baseline_ns=210.0)
+    steps = [(v, s) for k, v, s in m if k == "exec_time_ns"]
+    assert steps == [(100.0, 0), (120.0, 1), (110.0, 2), (90.0, 3)]
+    single = {k: v for k, v, s in m if k != "exec_time_ns"}
+    assert single["exec_time_median_ns"] == 105.0
+    assert single["exec_time_min_ns"] == 90.0
+    assert single["exec_time_mean_ns"] == 105.0
+    assert abs(single["exec_time_std_ns"] - 11.1803) < 1e-3
+    assert single["speedup"] == 2.0
+    assert single["registers"] == 32 and single["local_mem_bytes"] == 8 and single["obj_size_bytes"] == 4096
+    assert abs(single["compile_time_s"] - 0.03) < 1e-12
+    assert single["verified"] == 1.0
+
+
+def test_unverified_runs_get_no_speedup_and_fail():
+    r = _result(verified=False, status="failed_verification", error="out[3] differs")
+    keys = {k for k, _, _ in records.result_metrics(r, baseline_ns=210.0)}
+    assert "speedup" not in keys and "verified" in keys
+    assert records.run_status(r) == records.FAILED
+
+
+def test_compile_only_result_has_compile_metrics_and_no_verification():
+    r = ExperimentResult(reg_usage=20, obj_size=1000, cubin_time=0.05, status="", executed=False)
+    keys = {k for k, _, _ in records.result_metrics(r)}
+    assert {"registers", "local_mem_bytes", "obj_size_bytes", "cubin_time_s", "compile_time_s"} <= keys
+    assert "verified" not in keys and "exec_time_median_ns" not in keys
+    assert records.run_status(r) == records.FINISHED
+
+
+def test_experiment_record_carries_identity_error_and_reproducible_files():
+    cfg = ExperimentConfiguration(block=dim3(64))
+    r = _result(failed=True, error="ptxas: too many resources", status="compile_error", executed=False)
+    rec = records.experiment_record(
+        "trial-3", cfg, MeasurementSettings(), r, kernel="vecadd", static_hash="s1", dynamic_hash="d1",
+        artifacts={"kernel.ptx": "// ptx", "kernel.cubin": b"\x7fELF"}, tags={"mneme.trial": 3},
+    )
+    assert rec.status == records.FAILED
+    t = rec.tags
+    assert t["mneme.config_hash"] == cfg.hash() and t["mneme.kernel"] == "vecadd"
+    assert t["mneme.static_hash"] == "s1" and t["mneme.dynamic_hash"] == "d1"
+    assert t["mneme.error"] == "ptxas: too many resources" and t["mneme.status"] == "compile_error"
+    assert t["mneme.trial"] == "3" and t["mneme.version"] and t["mneme.git_commit"]
+    assert {"mneme.gpu", "mneme.driver"} <= set(t)
+    assert set(rec.artifacts) == {"kernel.ptx", "kernel.cubin", "config.yaml", "result.json"}
+    replay = yaml.safe_load(rec.artifacts["config.yaml"])["replay"]
+    assert ExperimentConfiguration.from_dict(replay).hash() == cfg.hash()
+    assert json.loads(rec.artifacts["result.json"])["result"]["error"] == "ptxas: too many resources"
+
+
+def test_best_config_round_trips_from_params():
+    cfg = ExperimentConfiguration(grid=dim3(3), block=dim3(32, 2), set_launch_bounds=True, max_threads=64)
+    params = records.config_params(cfg, MeasurementSettings())
+    back = canonical(unflatten(params, "replay"))
+    assert ExperimentConfiguration.from_dict(back).hash() == cfg.hash()
+    assert list(back) == list(cfg.to_dict())  # the dataclass's field order
+    assert unflatten(params, "measure")["atol"] is None
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    pts = [(32, 100.0), (24, 120.0), (40, 90.0), (32, 130.0), (24, 125.0), (64, 95.0)]
+    assert sorted(pareto_front(pts)) == [0, 1, 2]
