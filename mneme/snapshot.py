@@ -547,3 +547,44 @@ def checksum(data: Any, seed: int = 0) -> int:
     """mn_checksum (XXH64) of a buffer."""
     ptr, n = _bytes_arg(data)
     return int(_native()[1].mn_checksum(ptr, n, seed))
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparison of a verification plan (mneme.record.memstate builds plans; the GPU core runs
+    them as they are): `length` bytes at `offset` inside a blob (key: its address) or a
+    variable (key: its name), whose recorded start address is `base`. atol < 0 means byte-exact."""
+
+    kind: str
+    key: Union[int, str]
+    base: int
+    offset: int
+    length: int
+    elem: str = "bytes"
+    norm: str = "element"
+    atol: float = -1.0
+    rtol: float = -1.0
+    source: str = "exact"
+
+    @property
+    def exact(self) -> bool:
+        return self.elem == "bytes" or not (self.atol >= 0 and self.rtol >= 0)
+
+    @property
+    def addr(self) -> int:
+        return self.base + self.offset
+
+    def mode_tol(self) -> Tuple[str, float]:
+        """(mode, tol) for mn_compare and the GPU core's compare jobs, which carry a single tolerance."""
+        if self.exact:
+            return "abs", -1.0
+        if self.rtol == 0:
+            return "abs", self.atol
+        if self.atol == 0:
+            return "rel", self.rtol
+        raise ValueError(f"{self.describe()}: atol and rtol are both non-zero; mn_compare_ex handles that, "
+                         "a single (mode, tol) cannot")
+
+    def describe(self) -> str:
+        where = f"blob 0x{self.key:x}" if self.kind == "blob" else f"variable {self.key}"
+        return f"{where} [{self.offset}, +{self.length})"

@@ -21,7 +21,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 from mneme.device.driver import Device, get_device
 from mneme.device.errors import CudaError, check, lib
 from mneme.errors import DeviceError
-from mneme.snapshot import NORMS, Snapshot, Space, _bytes_arg, elem_code
+from mneme.snapshot import NORMS, Check, Snapshot, Space, _bytes_arg, elem_code
 
 Address = Union[int, str]
 #: Buffers at least this large are compared on the GPU (smaller ones are copied back).
@@ -127,22 +127,8 @@ def host_regions(blobs: Iterable[Any], page: Optional[int] = None) -> List[Tuple
     return [(lo, hi - lo) for lo, hi in out]
 
 
-@dataclass(frozen=True)
-class BufferCheck:
-    """One comparison: `length` bytes at `offset` of a blob (key: its address) or a variable (key: its
-    name) recorded at `base`. The same fields as mneme.record.memstate.Check, whose plans are accepted
-    as they are. atol or rtol < 0 (or elem "bytes") means byte-exact."""
-
-    kind: str
-    key: Union[int, str]
-    base: int
-    offset: int
-    length: int
-    elem: str = "bytes"
-    norm: str = "element"
-    atol: float = -1.0
-    rtol: float = -1.0
-    source: str = "exact"
+#: one check of a verification plan: the very class the CPU side plans with
+BufferCheck = Check
 
 
 @dataclass(frozen=True)

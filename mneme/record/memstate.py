@@ -39,6 +39,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 from mneme.errors import SnapshotError
 from mneme.snapshot import (
     MERGE_GAP,
+    Check,
     Annotation,
     Args,
     Blob,
@@ -52,46 +53,6 @@ from mneme.snapshot import (
 )
 
 __all__ = ["SnapshotType", "MemState", "Check", "Difference", "CompareReport", "verification_plan", "written_state"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One comparison of the plan: `length` bytes at `offset` inside a blob (key: its address) or a
-    variable (key: its name), whose recorded start address is `base`. atol < 0 means byte-exact."""
-
-    kind: str
-    key: Union[int, str]
-    base: int
-    offset: int
-    length: int
-    elem: str = "bytes"
-    norm: str = "element"
-    atol: float = -1.0
-    rtol: float = -1.0
-    source: str = "exact"
-
-    @property
-    def exact(self) -> bool:
-        return self.elem == "bytes" or not (self.atol >= 0 and self.rtol >= 0)
-
-    @property
-    def addr(self) -> int:
-        return self.base + self.offset
-
-    def mode_tol(self) -> Tuple[str, float]:
-        """(mode, tol) for mn_compare and the GPU core's compare jobs, which carry a single tolerance."""
-        if self.exact:
-            return "abs", -1.0
-        if self.rtol == 0:
-            return "abs", self.atol
-        if self.atol == 0:
-            return "rel", self.rtol
-        raise ValueError(f"{self.describe()}: atol and rtol are both non-zero; mn_compare_ex handles that, "
-                         "a single (mode, tol) cannot")
-
-    def describe(self) -> str:
-        where = f"blob 0x{self.key:x}" if self.kind == "blob" else f"variable {self.key}"
-        return f"{where} [{self.offset}, +{self.length})"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 from dataclasses import fields
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
 from mneme.errors import ConfigurationError
