@@ -42,6 +42,7 @@ examples: setup
 test: setup
 	$(PY) -m pytest -q -m "not gpu" $(if $(K),-k "$(K)") tests
 
+# On a GPU machine prepared with `make gpu-bundle` (no clang, no registry there): bash scripts/demo.sh
 demo: setup
 	bash scripts/demo.sh
 

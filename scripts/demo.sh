@@ -5,6 +5,10 @@
 # the same way; timing needs a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -z "${PY:-}" ] && [ ! -x .venv/bin/python ] && [ -d .bundle/wheels ]; then
+  source scripts/gpu-env.sh   # a GPU machine prepared with `make gpu-bundle` (docs/GPU.md)
+  PY=python3
+fi
 PY=${PY:-.venv/bin/python}
 MNEME=("$PY" -m mneme.cli)
 OUTDIR=${DEMO_DIR:-demo}
@@ -13,8 +17,10 @@ export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:///$PWD/$OUTDIR/mlflow.
 step() { printf '\n== %s\n' "$*"; }
 
 if "$PY" -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null; then
-  step "build the examples with mneme cc"
-  make --no-print-directory examples >/dev/null
+  if [ ! -x examples/bin/vecadd ]; then
+    step "build the examples with mneme cc"
+    make --no-print-directory examples >/dev/null
+  fi
   step "record vecadd (16 Mi elements)"
   rm -rf "$OUTDIR/rec"
   "${MNEME[@]}" record -rdb "$OUTDIR/rec" -- examples/bin/vecadd 16777216
