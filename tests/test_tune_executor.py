@@ -185,6 +185,20 @@ def test_device_less_mode_returns_compile_only_results(tmp_path):
     assert st["compiles"] == 2 and not any(w["role"] == "gpu" for w in st["workers"])
 
 
+def test_compile_workers_are_replaced_after_their_quota_of_jobs(tmp_path, monkeypatch):
+    # llvmlite leaks a little per pass-builder run: long studies must not grow a compile worker forever
+    monkeypatch.setenv("MNEME_COMPILES_PER_WORKER", "2")
+    ex = make(tmp_path, devices=(), compile_jobs=1)
+    try:
+        rs = [ex.submit(cfg(bx, codegen_opt=co)).result(timeout=60) for co in (3, 2, 1) for bx in (128,)]
+        st = ex.stats()
+    finally:
+        ex.shutdown()
+    assert all(r.reg_usage > 0 for r in rs)
+    (w,) = [w for w in st["workers"] if w["role"] != "gpu"]
+    assert w["starts"] >= 2, st
+
+
 def test_shutdown_with_cancel_stops_hung_work_quickly(tmp_path):
     ex = make(tmp_path, "CrashingBackend", run_timeout=600)
     hung = ex.submit(cfg(160))
