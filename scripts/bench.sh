@@ -10,7 +10,8 @@
 #     compile  bench/bench_compile.py     compile time per stage (runs without a GPU too)
 #     replay   bench/bench_replay.py      replay fidelity, reset time vs D2D bandwidth
 #     tune     bench/bench_tune_throughput.py   configurations per second, 1/4/16 compile jobs
-#     all      every full part in turn (no per-call limit: ~15 min)
+#     kt       bench/bench_kernel_tuner.py      side by side with Kernel Tuner (vecAdd, 2-D stencil; ~3 min)
+#     all      every full part in turn (no per-call limit: ~18 min)
 #     report   only regenerate report.md from the results there
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,14 +66,16 @@ case "$PART" in
   compile) run compile "$LIMIT" "$PY" bench/bench_compile.py --out "$OUT/compile.json" ;;
   replay) run replay "$LIMIT" "$PY" bench/bench_replay.py --out "$OUT/replay.json" ;;
   tune) tune "$LIMIT" ;;
+  kt) run kernel_tuner "$LIMIT" "$PY" bench/bench_kernel_tuner.py --out "$OUT/kernel_tuner.json" ;;
   all)
     run record "$LIMIT" "$PY" bench/bench_record.py --out "$OUT/record.json"
     run compile "$LIMIT" "$PY" bench/bench_compile.py --out "$OUT/compile.json"
     run replay "$LIMIT" "$PY" bench/bench_replay.py --out "$OUT/replay.json"
     tune "$LIMIT"
+    run kernel_tuner "$LIMIT" "$PY" bench/bench_kernel_tuner.py --out "$OUT/kernel_tuner.json"
     ;;
   report) ;;
-  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, all, report)"; exit 2 ;;
+  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, kt, all, report)"; exit 2 ;;
 esac
 
 "$PY" bench/report.py "$OUT" --out "$OUT/report.md" || FAILED+=("report")
