@@ -17,6 +17,18 @@ def _pyplot():
     return plt
 
 
+def _figure():
+    plt = _pyplot()
+    return plt, *plt.subplots(figsize=(7, 4), dpi=120)
+
+
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def pareto_front(points: Sequence[Tuple[float, float]]) -> List[int]:
     """Indices of the points no other point beats on both coordinates (both minimized)."""
     order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))
@@ -31,8 +43,7 @@ def pareto_front(points: Sequence[Tuple[float, float]]) -> List[int]:
 
 def speedup_over_trials(trials: pd.DataFrame, path: Path, title: str = "") -> Path:
     """`trials` has columns trial, speedup (NaN for failed trials), verified."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    plt, fig, ax = _figure()
     ok = trials[trials["verified"] == 1].sort_values("trial")
     bad = trials[trials["verified"] != 1]
     ax.scatter(ok["trial"], ok["speedup"], s=14, color="tab:blue", label="verified trial")
@@ -45,16 +56,12 @@ def speedup_over_trials(trials: pd.DataFrame, path: Path, title: str = "") -> Pa
     ax.set_ylabel("speedup over baseline")
     ax.set_title(title or "speedup over trials")
     ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def pareto_time_registers(trials: pd.DataFrame, path: Path, title: str = "") -> Path:
     """`trials` has columns time_ns and registers (verified trials only)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    plt, fig, ax = _figure()
     pts = list(zip(trials["registers"].astype(float), trials["time_ns"].astype(float)))
     ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color="tab:blue", label="verified trial")
     front = sorted((pts[i] for i in pareto_front(pts)), key=lambda p: p[0])
@@ -64,16 +71,12 @@ def pareto_time_registers(trials: pd.DataFrame, path: Path, title: str = "") -> 
     ax.set_ylabel("execution time (ns)")
     ax.set_title(title or "time against registers")
     ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def compile_metrics_over_trials(trials: pd.DataFrame, path: Path, title: str = "") -> Path:
     """For compile-only sweeps: registers and local memory per trial."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    plt, fig, ax = _figure()
     ax.scatter(trials["trial"], trials["registers"], s=14, color="tab:blue", label="registers")
     ax.set_xlabel("trial")
     ax.set_ylabel("registers per thread")
@@ -82,7 +85,4 @@ def compile_metrics_over_trials(trials: pd.DataFrame, path: Path, title: str = "
         ax2.scatter(trials["trial"], trials["local_mem"], s=10, marker="s", color="tab:red", label="local memory")
         ax2.set_ylabel("local memory (bytes)")
     ax.set_title(title or "compile-only: registers over trials")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
