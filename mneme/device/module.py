@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from mneme.config import dim3
-from mneme.device.driver import Device, device_info, get_device
+from mneme.device.driver import Device, get_device
 from mneme.device.errors import check, lib
 from mneme.errors import DeviceError
 from mneme.snapshot import pack_args
@@ -236,7 +236,7 @@ class DeviceFunction:
     def occupancy(self, block: Dims, shared_mem: int = 0) -> float:
         """Active warps per SM over the SM's maximum, for this block shape and dynamic shared memory."""
         b = _dims(block, "block")
-        info = device_info(self.module.device.ordinal)
+        info = self.module.device.info
         warps = -(-(b[0] * b[1] * b[2]) // info.warp_size)
         return self.active_blocks(block, shared_mem) * warps / info.max_warps_per_sm
 

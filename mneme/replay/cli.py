@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     problems = config.problems()
     if problems:
         raise ConfigurationError("invalid replay configuration: " + "; ".join(problems))
-    keep_ll = bool(args.output_ll)
+    # --track logs the .ll too; deciding it here lets the artifact step below hit the compile cache
+    keep_ll = bool(args.output_ll or args.track)
     if args.compile_only:
         result = pipe.compile_only(config, keep_ll=keep_ll)
     else:
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             result = pipe.execute(config, keep_ll=keep_ll)
     ck = None
     if result.code_hash and (args.output_ll or args.output_ptx or args.output_cubin or args.track):
-        ck = pipe.compile(config, keep_ll=True)
+        ck = pipe.compile(config, keep_ll=keep_ll)
         for path, data in ((args.output_ll, ck.ll), (args.output_ptx, ck.ptx)):
             if path and data is not None:
                 with open(path, "w") as f:
