@@ -29,6 +29,7 @@ def main(path: str, rc: str, seconds: str) -> int:
     print(
         f"gpu-check: {'PASSED' if ok else 'FAILED'} {passed} passed, {tot['failures']} failed, {tot['errors']} errors, "
         f"{tot['skipped']} skipped in {seconds} s on {gpu_name()} (commit {os.environ.get('MNEME_COMMIT', '?')})"
+        + (f"; {os.environ['GPU_CHECK_NOTE']}" if os.environ.get("GPU_CHECK_NOTE") else "")
     )
     return 0 if ok else 1
 

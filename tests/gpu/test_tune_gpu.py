@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import subprocess
 import sys
 import time
@@ -120,6 +121,7 @@ def _two_gpus():
         pytest.skip("needs two GPUs (a nvidia-h200-x2 machine)")
 
 
+@pytest.mark.multigpu
 def test_one_worker_per_gpu_uses_both(big_recordings, tmp_path):
     _two_gpus()
     db = big_recordings["vecadd"].db("vecAdd")
@@ -131,6 +133,7 @@ def test_one_worker_per_gpu_uses_both(big_recordings, tmp_path):
     assert set(used) == {0, 1}, used
 
 
+@pytest.mark.multigpu
 def test_two_processes_each_on_its_gpu_share_one_journal_study(big_recordings, tmp_path):
     _two_gpus()
     db = big_recordings["vecadd"].db("vecAdd")
@@ -149,3 +152,39 @@ def test_two_processes_each_on_its_gpu_share_one_journal_study(big_recordings, t
     assert max(ran.values()) == 1  # no configuration ran twice
     assert {r["result"]["gpu_id"] for r in counted if r["result"]["executed"]} == {0, 1}
     assert len({r["owner"] for r in counted}) == 2
+
+
+def _launches(base: ExperimentConfiguration, blocks) -> list:
+    """The recorded configuration with other 1-D blocks, the grid recomputed to cover the same work."""
+    out = []
+    for bx in blocks:
+        grid = (base.grid.x * base.block.x + bx - 1) // bx
+        out.append(ExperimentConfiguration.from_dict(dict(base.to_dict(), block={"x": bx}, grid={"x": grid})))
+    return out
+
+
+@pytest.mark.multigpu
+def test_a_worker_crash_on_one_gpu_leaves_the_other_working(big_recordings, tmp_path, monkeypatch):
+    """Real replays on GPUs 0 and 1; the worker on GPU 1 dies (os._exit) on its first 64-thread block and is
+    respawned on GPU 1, while GPU 0 goes on."""
+    _two_gpus()
+    from mneme.tune.executor import AsyncReplayExecutor
+    from mneme.tune.tuner import recorded_baseline
+
+    db = big_recordings["vecadd"].db("vecAdd")
+    base = recorded_baseline(str(db), None)
+    here = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", here + ":" + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # workers are then pinned to "0" and "1"
+    monkeypatch.setenv("MNEME_TEST_CRASH_MARK", str(tmp_path / "crashed"))
+    with AsyncReplayExecutor(str(db), None, devices=[0, 1], compile_jobs=4, settings=MeasurementSettings(iterations=5),
+                             log_dir=str(tmp_path / "logs"), backend="crashing_backend:CrashOnGpuOneBackend") as ex:
+        rs = [f.result(timeout=600) for f in [ex.submit(c) for c in _launches(base, (64, 128, 256, 512) * 8)]]
+        st = ex.stats()
+    crashed = [r for r in rs if r.status != "verified"]
+    assert len(crashed) == 1 and crashed[0].status == "runtime_error" and "died" in crashed[0].error, \
+        [(r.status, r.error) for r in crashed]
+    assert (tmp_path / "crashed").is_file()  # the crash really happened in the worker on GPU 1
+    used = collections.Counter(r.gpu_id for r in rs if r.status == "verified")
+    assert set(used) == {0, 1}, used  # GPU 1's worker was respawned and worked again
+    assert st["crashes"] == 1 and st["respawns"] >= 1
