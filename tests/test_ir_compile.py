@@ -51,6 +51,17 @@ def test_identical_configuration_is_compiled_once(saxpy):
     assert not other.cache_hit and other.code_hash != first.code_hash and len(cache) == 2
 
 
+def test_the_assembler_is_part_of_the_code_hash(saxpy, monkeypatch):
+    mod, sh = saxpy
+    cache = CompileCache()
+    monkeypatch.setenv("MNEME_ASSEMBLER", "ptxas")
+    whole = compile_kernel(mod, SAXPY, _config(), "sm_90", sh, cache=cache)
+    monkeypatch.setenv("MNEME_ASSEMBLER", "nvjitlink")
+    reloc = compile_kernel(mod, SAXPY, _config(), "sm_90", sh, cache=cache)
+    assert (whole.assembler, reloc.assembler) == ("ptxas", "nvjitlink")
+    assert not reloc.cache_hit and reloc.code_hash != whole.code_hash and whole.ptx == reloc.ptx
+
+
 def test_config_specializations_are_applied_and_hashed(saxpy):
     mod, sh = saxpy
     args = {0: 2.0, 1: 0x7F0000001000, 3: 16384, 4: 16384}  # index 1 is a pointer: ignored

@@ -1,6 +1,8 @@
-"""NVPTX code generation (llvmlite) and PTX -> cubin with resource usage (nvJitLink), without a GPU.
+"""NVPTX code generation (llvmlite) and PTX -> cubin with resource usage, without a GPU.
 
-nvJitLink's `-O` takes only 0 and 3; levels 1 and 2 reach ptxas as `-Xptxas=-O<n>`. Split
+Two assemblers (ASSEMBLERS): `ptxas`, whole-program like the app's own build and the default wherever a
+CUDA toolkit is found (see mneme/ir/ptxas.py for why), and nvJitLink, in-process, relocatable code
+(MNEME_ASSEMBLER=nvjitlink, or the fallback without a toolkit). nvJitLink's `-O` takes only 0 and 3; levels 1 and 2 reach ptxas as `-Xptxas=-O<n>`. Split
 compilation (`-split-compile=<threads>`) is nvJitLink's parallel method; ptxas splits the work by
 function, so a module with one kernel and no calls gains little from it. Resource usage is read
 from the `-verbose` info log, whose register count equals `ptxas -c`'s.
@@ -17,7 +19,30 @@ import llvmlite.binding as llvm
 
 from mneme.config import CODEGEN_METHODS
 from mneme.errors import CompileError
+from mneme.ir import ptxas
 from mneme.ir.target import DEFAULT_PTX, check_arch, function_target, target_machine
+
+ASSEMBLERS = ("ptxas", "nvjitlink")
+
+
+def assembler() -> str:
+    """The PTX -> cubin tool of this process: MNEME_ASSEMBLER, else ptxas when a toolkit has one, else nvJitLink."""
+    chosen = os.environ.get("MNEME_ASSEMBLER", "").strip().lower()
+    if chosen:
+        if chosen not in ASSEMBLERS:
+            raise CompileError(f"MNEME_ASSEMBLER={chosen!r} must be one of {list(ASSEMBLERS)}")
+        return chosen
+    return "ptxas" if ptxas.find_ptxas() else "nvjitlink"
+
+
+def assembler_version(name: str) -> str:
+    """`ptxas13.0.88` / `nvjitlink13.0`: part of the compile cache's toolchain tag."""
+    if name == "ptxas":
+        exe = ptxas.find_ptxas()
+        return f"ptxas{ptxas.ptxas_version(exe) if exe else 'missing'}"
+    from cuda.bindings import nvjitlink
+
+    return "nvjitlink" + ".".join(map(str, nvjitlink.version()))
 
 
 def module_ptx_version(mod: llvm.ModuleRef, kernel: Optional[str] = None) -> int:
@@ -135,11 +160,18 @@ def link_cubin(
     method: str = "serial",
     kernel: Optional[str] = None,
     threads: Optional[int] = None,
+    using: Optional[str] = None,
 ) -> CubinResult:
-    """Assemble and link PTX into a cubin with nvJitLink; resources are the kernel's (or the first entry's)."""
+    """PTX -> cubin with `using` (default: `assembler()`); resources are the kernel's (or the first entry's)."""
+    options = nvjitlink_options(arch, opt, method, threads)  # also validates arch, level and method
+    using = using or assembler()
+    if using == "ptxas":
+        cubin, info = ptxas.assemble(ptx, arch, opt, method, threads)
+        return _result(cubin, info, ptxas.parse_log(info, cubin), kernel)
+    if using != "nvjitlink":
+        raise CompileError(f"unknown assembler {using!r}; choose one of {list(ASSEMBLERS)}")
     from cuda.bindings import nvjitlink as nj
 
-    options = nvjitlink_options(arch, opt, method, threads)
     data = ptx.encode()
     # n must equal len(options): nvJitLink reads n entries and a longer count corrupts memory
     handle = nj.create(len(options), options)
@@ -156,8 +188,11 @@ def link_cubin(
         nj.get_linked_cubin(handle, cubin)
     finally:
         nj.destroy(handle)
-    funcs = parse_info_log(info)
-    res = CubinResult(bytes(cubin), size, info_log=info, functions=funcs)
+    return _result(bytes(cubin), info, parse_info_log(info), kernel)
+
+
+def _result(cubin: bytes, info: str, funcs: Dict[str, Dict[str, int]], kernel: Optional[str]) -> CubinResult:
+    res = CubinResult(cubin, len(cubin), info_log=info, functions=funcs)
     entries = {name: p for name, p in funcs.items() if "registers" in p}
     props = entries.get(kernel) if kernel else next(iter(entries.values()), None)
     if props:

@@ -22,7 +22,7 @@ import llvmlite.binding as llvm
 
 from mneme.config import ExperimentConfiguration
 from mneme.errors import ConfigurationError
-from mneme.ir.codegen import CubinResult, emit_ptx, link_cubin, nvjitlink_options
+from mneme.ir.codegen import CubinResult, assembler, assembler_version, emit_ptx, link_cubin, nvjitlink_options
 from mneme.ir.hashing import code_hash as make_code_hash
 from mneme.ir.hashing import static_hash as make_static_hash
 from mneme.ir.module import kernel_function
@@ -51,6 +51,8 @@ class CompiledKernel:
     ptx_time: float = 0.0
     cubin_time: float = 0.0
     cache_hit: bool = False
+    #: the PTX -> cubin tool (codegen.ASSEMBLERS)
+    assembler: str = ""
 
     @property
     def codegen_time(self) -> float:
@@ -65,11 +67,8 @@ _MAGIC = b"MNEMECK1"
 
 
 def _toolchain_tag() -> str:
-    from cuda.bindings import nvjitlink
-
     llvm_v = ".".join(map(str, llvm.llvm_version_info))
-    nvj_v = ".".join(map(str, nvjitlink.version()))
-    return f"llvm{llvm_v}-nvjitlink{nvj_v}"
+    return f"llvm{llvm_v}-{assembler_version(assembler())}"
 
 
 def _encode(ck: CompiledKernel) -> bytes:
@@ -111,7 +110,7 @@ class CompileCache:
 
     Directory entries are written to a temporary file and renamed into place, so concurrent
     processes never read half an entry; they live under a subdirectory named after the LLVM and
-    nvJitLink versions, so a toolchain change never serves stale code. Unreadable entries are misses.
+    assembler versions, so a toolchain change never serves stale code. Unreadable entries are misses.
     """
 
     def __init__(self, directory: Union[str, Path, None] = None):
@@ -227,7 +226,8 @@ def compile_kernel(
     spec = config_specialization(linked_mod, kernel_name, config, arg_values, params)
     if static_hash is None:
         static_hash = make_static_hash(linked_mod, kernel_name)
-    key = make_code_hash(static_hash, spec, pipeline, config.codegen_opt, config.codegen_method, arch)
+    using = assembler()
+    key = make_code_hash(static_hash, spec, pipeline, config.codegen_opt, config.codegen_method, arch, using)
     store = default_cache() if cache is None else (None if cache is False else cache)
     if store is not None:
         hit = store.get(key)
@@ -246,7 +246,7 @@ def compile_kernel(
     t2 = time.perf_counter()
     ptx = emit_ptx(mod, arch, config.codegen_opt, ir_ptx or DEFAULT_PTX)
     t3 = time.perf_counter()
-    cubin = link_cubin(ptx, arch, config.codegen_opt, config.codegen_method, kernel=kernel_name)
+    cubin = link_cubin(ptx, arch, config.codegen_opt, config.codegen_method, kernel=kernel_name, using=using)
     t4 = time.perf_counter()
     ck = CompiledKernel(
         code_hash=key,
@@ -260,6 +260,7 @@ def compile_kernel(
         opt_time=t2 - t1,
         ptx_time=t3 - t2,
         cubin_time=t4 - t3,
+        assembler=using,
     )
     if store is not None:
         store.put(ck)

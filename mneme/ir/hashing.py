@@ -106,8 +106,10 @@ def code_hash(
     codegen_opt: int,
     codegen_method: str,
     arch: str,
+    assembler: str = "ptxas",
 ) -> str:
-    """SHA-256 (hex) naming one compiled variant: equal hashes mean identical code."""
+    """SHA-256 (hex) naming one compiled variant: equal hashes mean identical code (so the PTX assembler,
+    whole-program ptxas or relocatable nvJitLink, is part of it)."""
     spec = specializations.describe() if isinstance(specializations, Specialization) else dict(specializations or {})
     pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
     doc = {
@@ -118,5 +120,6 @@ def code_hash(
         "codegen_opt": int(codegen_opt),
         "codegen_method": codegen_method,
         "arch": arch,
+        "assembler": assembler,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -17,6 +17,7 @@ from typing import Any, List, Optional, Tuple
 
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
 from mneme.errors import ConfigurationError
+from mneme.ir.codegen import assembler
 
 #: (flags, config field path, type, help) — the one mapping from CLI flags to the replay configuration
 CONFIG_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
@@ -31,7 +32,7 @@ CONFIG_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
     (("--min-blocks-per-sm", "--min-threads-per-block"), "min_blocks_per_sm", int,
      "launch bound: min blocks per SM (--min-threads-per-block is the seeds' name for the same field)"),
     (("--codegen-opt", "-co"), "codegen_opt", int, "backend optimization level 0-3"),
-    (("--codegen-method",), "codegen_method", str, "serial | parallel (nvJitLink split compilation)"),
+    (("--codegen-method",), "codegen_method", str, "serial | parallel (the assembler's split compilation over several threads)"),
 ]
 BOOL_FLAGS = [
     (("--specialize",), ("--no-specialize",), "specialize", "specialize scalar arguments to their recorded values"),
@@ -118,7 +119,7 @@ def summary(pipe, config: ExperimentConfiguration, r: ExperimentResult) -> str:
         + (f"  +bounds({config.max_threads},{config.min_blocks_per_sm})" if config.set_launch_bounds else "")
         + f"  [config {r.config_hash[:12]} code {r.code_hash[:12]}]",
         f"compile    preprocess {r.preprocess_ir_time * 1e3:.1f} ms  opt {r.opt_time * 1e3:.1f} ms  "
-        f"ptx {r.ptx_time * 1e3:.1f} ms  cubin {r.cubin_time * 1e3:.1f} ms{'  (cached)' if r.cache_hit else ''}  "
+        f"ptx {r.ptx_time * 1e3:.1f} ms  cubin {r.cubin_time * 1e3:.1f} ms ({assembler()}){'  (cached)' if r.cache_hit else ''}  "
         f"size {r.obj_size} B",
         f"resources  {r.reg_usage} registers  local {r.local_mem_usage} B  const {r.const_mem_usage} B  "
         f"shared {r.shared_mem_usage} B  spills {r.spill_stores}/{r.spill_loads}  stack {r.stack_size} B"

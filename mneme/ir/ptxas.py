@@ -1,0 +1,151 @@
+"""PTX -> cubin with the CUDA toolkit's `ptxas`, as one whole program: the way clang and nvcc compile an app
+built without -fgpu-rdc.
+
+Why not only nvJitLink: nvJitLink assembles PTX as relocatable code (`ptxas -c`), which leaves shared-memory
+addresses to the link and costs registers and instructions. On the H200, matmulStatic compiled that way ran
+23 % slower than in the app (7552 vs 6144 bytes of SASS, same PTX) and matmulPanel used 40 registers instead
+of 32. A replayed kernel is one pruned, complete module, so whole-program code is always valid for it, and it
+is what the app ran. Every app built with clang or nvcc had a ptxas next to its compiler.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from mneme.errors import CompileError
+
+#: Where `ptxas` is looked for after MNEME_PTXAS, in order: the CUDA roots' bin/, then PATH.
+CUDA_ROOT_VARS = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
+DEFAULT_CUDA_ROOT = "/usr/local/cuda"
+
+
+@functools.lru_cache(maxsize=None)
+def find_ptxas() -> Optional[str]:
+    """The ptxas executable to use, or None when there is none."""
+    explicit = os.environ.get("MNEME_PTXAS", "").strip()
+    if explicit:
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+            raise CompileError(f"MNEME_PTXAS={explicit} is not an executable ptxas; point it at <cuda>/bin/ptxas or unset it")
+        return explicit
+    roots = [os.environ.get(v, "") for v in CUDA_ROOT_VARS] + [DEFAULT_CUDA_ROOT]
+    for root in filter(None, roots):
+        exe = Path(root) / "bin" / "ptxas"
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return str(exe)
+    return shutil.which("ptxas")
+
+
+@functools.lru_cache(maxsize=None)
+def ptxas_version(exe: str) -> str:
+    """`13.0.88` from `ptxas --version` ('unknown' if it does not say)."""
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    m = re.search(r"V(\d+(?:\.\d+)+)", out)
+    return m.group(1) if m else "unknown"
+
+
+def ptxas_options(arch: str, opt: int, method: str, threads: Optional[int] = None) -> List[str]:
+    opts = ["--gpu-name", arch, f"-O{int(opt)}", "--verbose"]
+    if method == "parallel":
+        opts += ["--split-compile", str(threads or os.cpu_count() or 1)]
+    return opts
+
+
+def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] = None) -> Tuple[bytes, str]:
+    """(cubin, ptxas's verbose log) for `ptx`; a CompileError carries what ptxas said."""
+    exe = find_ptxas()
+    if exe is None:
+        raise CompileError(
+            "no ptxas found (looked at MNEME_PTXAS, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin and PATH); "
+            "set CUDA_HOME to your CUDA toolkit, or MNEME_ASSEMBLER=nvjitlink to assemble with nvJitLink"
+        )
+    with tempfile.TemporaryDirectory(prefix="mneme-ptxas-") as tmp:
+        src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        src.write_text(ptx)
+        try:
+            p = subprocess.run([exe, *ptxas_options(arch, opt, method, threads), "-o", str(out), str(src)],
+                               capture_output=True, text=True)
+        except OSError as e:
+            raise CompileError(f"could not run {exe}: {e}") from None
+        if p.returncode != 0 or not out.is_file():
+            raise CompileError(f"ptxas ({exe}) rejected the PTX for {arch} (exit {p.returncode}):\n{p.stderr.strip()}")
+        return out.read_bytes(), (p.stdout + p.stderr)
+
+
+_ENTRY = re.compile(r"^ptxas info\s*: (?:Compiling entry function '([^']+)'|Function properties for (\S+))")
+_USED = re.compile(r"^ptxas info\s*: Used (\d+) registers(.*)$")
+_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_AMOUNT = {"barriers": re.compile(r"used (\d+) barriers"), "smem": re.compile(r"(\d+) bytes smem"),
+           "lmem": re.compile(r"(\d+) bytes lmem")}
+_USER_CMEM = re.compile(r"(\d+) bytes cmem\[[1-9]\d*\]")
+
+
+def parse_log(log: str, cubin: bytes = b"") -> Dict[str, Dict[str, int]]:
+    """Per-function resources from `ptxas --verbose`, in CubinResult's terms (see codegen.CubinResult).
+
+    ptxas 13 prints no constant banks; those are read from the cubin (see constant_banks).
+    """
+    funcs: Dict[str, Dict[str, int]] = {}
+    module_cmem = 0
+    current: Optional[str] = None
+    for line in log.splitlines():
+        m = _ENTRY.match(line)
+        if m:
+            current = m.group(1) or m.group(2)
+            continue
+        s = _SPILLS.search(line)
+        if s and current:
+            funcs.setdefault(current, {}).update(
+                stack=int(s.group(1)), spill_stores=int(s.group(2)), spill_loads=int(s.group(3)))
+            continue
+        u = _USED.match(line)
+        if u and current:
+            rest = u.group(2)
+            f = funcs.setdefault(current, {})
+            amounts = {k: int(r.search(rest).group(1)) if r.search(rest) else 0 for k, r in _AMOUNT.items()}
+            f.update(registers=int(u.group(1)), barriers=amounts["barriers"], shared_mem=amounts["smem"],
+                     local_mem=amounts["lmem"] + f.get("stack", 0),
+                     const_mem=sum(int(x) for x in _USER_CMEM.findall(rest)))
+            continue
+        if line.startswith("ptxas info") and "gmem" in line:
+            module_cmem += sum(int(x) for x in _USER_CMEM.findall(line))
+    banks = constant_banks(cubin) if cubin else {}
+    user = banks.get((USER_BANK, ""), 0)
+    for name, f in funcs.items():
+        f.setdefault("stack", 0)
+        if "registers" in f:
+            own = sum(size for (bank, fn), size in banks.items() if fn == name and bank > 0)
+            f["const_mem"] = f.get("const_mem") or own + user or module_cmem
+            f["param_mem"] = banks.get((0, name), 0)
+    return funcs
+
+
+#: the bank of the program's __constant__ variables on sm_70 and later (nvJitLink's "cmem[3]")
+USER_BANK = 3
+_BANK = re.compile(r"^\.nv\.constant(\d+)(?:\.(.+))?$")
+
+
+def constant_banks(cubin: bytes) -> Dict[Tuple[int, str], int]:
+    """(bank, kernel or '' for the module) -> bytes, from the cubin's `.nv.constant<bank>[.<kernel>]` sections:
+    bank 0 of a kernel is its parameters, bank 3 of the module the __constant__ variables."""
+    from elftools.elf.elffile import ELFFile
+
+    out: Dict[Tuple[int, str], int] = {}
+    try:
+        for sec in ELFFile(io.BytesIO(cubin)).iter_sections():
+            m = _BANK.match(sec.name)
+            if m:
+                out[(int(m.group(1)), m.group(2) or "")] = sec.data_size
+    except Exception:  # noqa: BLE001 - a cubin we cannot read only loses these numbers
+        return {}
+    return out
