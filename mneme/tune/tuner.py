@@ -73,6 +73,8 @@ class Tuner:
         self.baseline_ns: Optional[float] = None
         self.best_speedup: Optional[float] = None
         self.best_value: Optional[float] = None
+        #: seconds of the baseline and of the search (first trial asked to last told), for the summary
+        self.timing: Dict[str, float] = {}
 
     # -- preparation (no GPU, no storage) ----------------------------------------------------------------
     def prepare(self) -> None:
@@ -163,14 +165,19 @@ class Tuner:
         self.hook("on_start", {**self.plan(), "resumed": resumed, "directions": self.objective.directions,
                                "options": {**o.to_dict(), "storage": st.redacted(o.storage) if o.storage else None}})
         try:
-            if not self._measure_baseline(resumed):
+            t0 = time.perf_counter()
+            baseline_ok = self._measure_baseline(resumed)
+            self.timing = {"baseline_s": time.perf_counter() - t0}
+            if not baseline_ok:
                 errors = self.executor.worker_errors()
                 if errors and all(w["state"] == "broken" for w in self.executor.stats()["workers"] if w["role"] == "gpu"):
                     code, message = EXIT_NO_DEVICE, "no GPU worker could start: " + "; ".join(errors)
                 else:
                     code, message = EXIT_BASELINE_FAILED, "the baseline (recorded configuration) failed; nothing to tune against"
             elif not o.baseline_only:
+                t1 = time.perf_counter()
                 self._search()
+                self.timing["search_s"] = time.perf_counter() - t1
         except BaseException as e:  # interrupted, or a failure: stop the workers, give the trials back, say so
             self.executor.shutdown(wait=False, cancel_futures=True)
             self._abandon_pending()
@@ -202,7 +209,13 @@ class Tuner:
         summary["message"] = message
         if getattr(self, "exec_stats", None):
             summary["executor"] = {k: v for k, v in self.exec_stats.items() if k != "workers"}
-        self.hook("on_end", summary)
+        t = time.perf_counter()
+        self.hook("on_end", summary)  # tracking writes its last runs here
+        if "search_s" in self.timing:
+            timing = dict(self.timing, tracking_close_s=time.perf_counter() - t)
+            spent = timing["search_s"] + timing["tracking_close_s"]
+            timing["trials_per_s"] = (summary.get("trials") or {}).get("counted", 0) / spent if spent > 0 else 0.0
+            summary["timing"] = timing
         return TuneOutcome(code, summary, self.out_dir, message)
 
     def _describe_study(self, fingerprints: Dict[str, str]) -> None:
