@@ -3,8 +3,10 @@
 For the `launch` and the `compiler` presets, with 1, 4 and 16 compile processes, the AsyncReplayExecutor is fed
 N configurations drawn from the preset (seeded), each one compiled (or found in the cache), verified and timed
 on the GPU. Every row starts from an empty cubin cache, after the workers are up (the baseline is evaluated
-first and not counted). A last row runs the whole `mneme tune` loop (Optuna TPE, journal storage) on the launch
-preset, to show what the study bookkeeping costs.
+first and not counted). Two last rows run the whole `mneme tune` loop (Optuna, journal storage) on the launch
+preset, with MLflow tracking off and on (a fresh SQLite store, one run per trial): their configurations per second
+are the tuner's own count over the search plus the time tracking needs to finish writing after the last trial,
+so the second row shows what tracking costs a search.
 
     python bench/bench_tune_throughput.py                       # records examples/bin/vecadd itself
     python bench/bench_tune_throughput.py --record-db DB.json --configs 400 --jobs 1,4,16
@@ -94,22 +96,28 @@ def executor_row(record_db: Path, preset: str, jobs: int, n: int, device: int, s
     }
 
 
-def tune_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed: int, iterations: int) -> dict:
+def tune_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed: int, iterations: int,
+             track: bool = False, sampler: str = "random") -> dict:
+    import os
+
+    mode = "tune+mlflow" if track else "mneme tune"
     with tempfile.TemporaryDirectory(prefix="mneme-bench-tune-") as tmp:
         out = Path(tmp) / "out"
-        argv = [sys.executable, "-m", "mneme.cli", "tune", "-rdb", str(record_db), "--space", preset, "--sampler", "tpe",
+        argv = [sys.executable, "-m", "mneme.cli", "tune", "-rdb", str(record_db), "--space", preset, "--sampler", sampler,
                 "--trials", str(n), "--devices", str(device), "--compile-jobs", str(jobs), "--storage",
                 f"journal:{Path(tmp) / 'study.journal'}", "--seed", str(seed), "-it", str(iterations), "--warmup", "1",
-                "--no-track", "--quiet", "--json", "-o", str(out)]
-        t0 = time.perf_counter()
-        p = subprocess.run(argv, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
+                "--quiet", "--json", "-o", str(out)] + ([] if track else ["--no-track"])
+        env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{Path(tmp) / 'mlflow.db'}")
+        p = subprocess.run(argv, capture_output=True, text=True, env=env)
         if p.returncode != 0:
-            return {"mode": "mneme tune", "preset": preset, "jobs": jobs, "configs": n, "error": p.stderr[-500:]}
+            return {"mode": mode, "preset": preset, "jobs": jobs, "configs": n, "error": p.stderr[-500:]}
         s = json.loads(p.stdout)
         ex = s.get("executor", {})
+        timing = s.get("timing") or {}
+        wall = timing.get("search_s", 0.0) + timing.get("tracking_close_s", 0.0)
         return {
-            "mode": "mneme tune", "preset": preset, "jobs": jobs, "configs": n, "wall_s": wall, "per_s": n / wall,
+            "mode": mode, "preset": preset, "jobs": jobs, "configs": n, "wall_s": wall,
+            "per_s": timing.get("trials_per_s", 0.0), "tracking_close_s": timing.get("tracking_close_s", 0.0),
             "compiles": ex.get("compiles", 0), "cache_hit_rate": ex.get("cache_hit_rate", 0.0),
             "statuses": s["trials"]["by_status"], "best_speedup": (s.get("best") or {}).get("speedup"),
             "distinct": s["trials"]["counted"] - s["trials"]["duplicates"],
@@ -139,7 +147,9 @@ def main() -> int:
                 print(f"  {preset:<9} jobs={jobs:<3} {rows[-1]['per_s']:8.1f} configs/s", file=sys.stderr)
         if not args.no_tune_row:
             jobs = max(int(j) for j in args.jobs.split(","))
-            rows.append(tune_row(db, "launch", jobs, min(args.configs, 200), args.device, args.seed, args.iterations))
+            for track in (False, True):
+                rows.append(tune_row(db, "launch", jobs, args.configs, args.device, args.seed, args.iterations, track))
+                print(f"  {rows[-1]['mode']:<11} {rows[-1].get('per_s', 0):8.1f} configs/s", file=sys.stderr)
 
     print(f"\nrecord: {db}")
     head = f"{'mode':<11} {'preset':<9} {'jobs':>4} {'configs':>7} {'distinct':>8} {'wall s':>8} {'configs/s':>10} " \

@@ -10,6 +10,7 @@
 #     compile  bench/bench_compile.py     compile time per stage (runs without a GPU too)
 #     replay   bench/bench_replay.py      replay fidelity, reset time vs D2D bandwidth
 #     tune     bench/bench_tune_throughput.py   configurations per second, 1/4/16 compile jobs
+#     best     bench/bench_best_speedup.py      best speedup `mneme tune` finds per example (~3 min)
 #     kt       bench/bench_kernel_tuner.py      side by side with Kernel Tuner (vecAdd, 2-D stencil; ~3 min)
 #     all      every full part in turn (no per-call limit: ~18 min)
 #     report   only regenerate report.md from the results there
@@ -61,21 +62,24 @@ case "$PART" in
     run compile 45 "$PY" bench/bench_compile.py --quick --out "$OUT/compile.json"
     run replay 150 "$PY" bench/bench_replay.py --quick --out "$OUT/replay.json"
     tune 150 --configs 60 --jobs 1,4,16 --no-tune-row
+    run best_speedup 150 "$PY" bench/bench_best_speedup.py --quick --out "$OUT/best_speedup.json"
     ;;
   record) run record "$LIMIT" "$PY" bench/bench_record.py --out "$OUT/record.json" ;;
   compile) run compile "$LIMIT" "$PY" bench/bench_compile.py --out "$OUT/compile.json" ;;
   replay) run replay "$LIMIT" "$PY" bench/bench_replay.py --out "$OUT/replay.json" ;;
   tune) tune "$LIMIT" ;;
+  best) run best_speedup "$LIMIT" "$PY" bench/bench_best_speedup.py --out "$OUT/best_speedup.json" ;;
   kt) run kernel_tuner "$LIMIT" "$PY" bench/bench_kernel_tuner.py --out "$OUT/kernel_tuner.json" ;;
   all)
     run record "$LIMIT" "$PY" bench/bench_record.py --out "$OUT/record.json"
     run compile "$LIMIT" "$PY" bench/bench_compile.py --out "$OUT/compile.json"
     run replay "$LIMIT" "$PY" bench/bench_replay.py --out "$OUT/replay.json"
     tune "$LIMIT"
+    run best_speedup "$LIMIT" "$PY" bench/bench_best_speedup.py --out "$OUT/best_speedup.json"
     run kernel_tuner "$LIMIT" "$PY" bench/bench_kernel_tuner.py --out "$OUT/kernel_tuner.json"
     ;;
   report) ;;
-  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, kt, all, report)"; exit 2 ;;
+  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, best, kt, all, report)"; exit 2 ;;
 esac
 
 "$PY" bench/report.py "$OUT" --out "$OUT/report.md" || FAILED+=("report")
