@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from mnemetest import ROOT
+from pgserver import postgres_server
 
 
 def pytest_collection_modifyitems(config, items):
@@ -21,3 +22,15 @@ def pytest_collection_modifyitems(config, items):
 def root() -> Path:
     return ROOT
 
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """The session's PostgreSQL server (see pgserver.py): call it for a new database's URL."""
+    yield from postgres_server()
+
+
+@pytest.fixture
+def postgres_url(postgres):
+    """postgresql://... of a database of this test's own."""
+    return postgres()

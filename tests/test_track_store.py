@@ -43,7 +43,7 @@ def sweep_store(tmp_path_factory):
         parent = sweep.run_id
         sweep.finish()
         assert tracker.stats()["messages"] == 1 + 8 + 2  # start, one per trial, summary, end
-    assert tracker.report["errors"] == []
+    assert tracker.report["errors"] == [] and tracker.report["path"] == "bulk-sql"
     return uri, parent, MlflowClient(uri)
 
 

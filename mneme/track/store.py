@@ -30,7 +30,9 @@ def resolve_uri(uri: Optional[str] = None) -> str:
     if uri.startswith("file:") or "://" not in uri:
         path = uri[len("file://"):] if uri.startswith("file://") else uri[len("file:"):] if uri.startswith("file:") else uri
         return "file://" + str(Path(path).resolve())
-    return uri
+    from mneme.tune.study import with_available_driver
+
+    return with_available_driver(uri)  # postgresql:// works with psycopg2 alone, as for the Optuna storage
 
 
 def local_path(uri: str) -> Optional[Path]:

@@ -1,9 +1,10 @@
 """The one place that talks to the MLflow store, off the search's critical path.
 
 The search process only puts small messages on a queue; a writer (by default a separate process, so
-SQLAlchemy's CPU time does not compete with the search for the GIL) creates the runs, logs them with
-`MlflowClient.log_batch`, copies artifacts and ends the runs. Runs are named by keys the search picks,
-so it never waits for a run id.
+SQLAlchemy's CPU time does not compete with the search for the GIL) creates the runs, logs them, copies
+artifacts and ends the runs. Finished runs that arrive while the writer is busy are written together, in
+one transaction of a SQL store (bulk.py); the rest goes through MlflowClient. Runs are named by keys
+the search picks, so it never waits for a run id.
 
 A writer never leaves a run RUNNING: on `close` it ends every open run with the status it is given,
 and if the search process dies without closing (SIGKILL, a crash) the writer process sees its input
@@ -25,6 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from mneme.track.bulk import BulkRuns, PreparedRun, retry_while_locked
 from mneme.track.records import FAILED, KILLED, RUNNING, RunRecord, experiment_record
 
 #: MLflow's per-call limits on log_batch.
@@ -32,13 +34,14 @@ PARAMS_TAGS_PER_BATCH = 100
 METRICS_PER_BATCH = 1000
 #: how often a caller waiting for a reply checks that the writer is still alive (seconds)
 POLL_S = 0.5
+#: messages that make a new, finished run: the writer takes all of them waiting, up to this many, at once
+BATCHED = ("run", "experiment")
+MAX_BATCH = 256
 
 
 class _Retrying:
     """An MlflowClient whose calls are retried while SQLite is locked by another writer process
     (a call that failed on the lock changed nothing, so repeating it is safe)."""
-
-    ATTEMPTS = 40
 
     def __init__(self, client: Any):
         self._client = client
@@ -49,21 +52,20 @@ class _Retrying:
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            for attempt in range(self.ATTEMPTS):
-                try:
-                    return attr(*args, **kwargs)
-                except Exception as e:  # noqa: BLE001 - MLflow wraps the driver's error in its own
-                    if "database is locked" not in str(e) or attempt == self.ATTEMPTS - 1:
-                        raise
-                    time.sleep(min(1.0, 0.02 * (attempt + 1)))
+            return retry_while_locked(attr, *args, **kwargs)
 
         return call
 
 
 class Writer:
-    """Executes writer messages against one MLflow experiment; used by every transport below."""
+    """Executes writer messages against one MLflow experiment; used by every transport below.
 
-    def __init__(self, uri: str, experiment: str):
+    New finished runs that arrive together go to a SQL store in one transaction (see bulk.py) unless
+    `bulk` is False or MNEME_TRACK_BULK=0; everything else, and any batch the store refuses, goes
+    through MlflowClient one call at a time.
+    """
+
+    def __init__(self, uri: str, experiment: str, bulk: Optional[bool] = None):
         from mlflow import MlflowClient
 
         self.client = _Retrying(MlflowClient(tracking_uri=uri))
@@ -79,6 +81,14 @@ class Writer:
         self.resumed: set = set()
         self.errors: List[str] = []
         self.done = 0
+        if bulk is None:
+            bulk = os.environ.get("MNEME_TRACK_BULK", "1").strip() not in ("0", "false", "no", "off")
+        self.bulk: Optional[BulkRuns] = None
+        self.path = "client (bulk path off: MNEME_TRACK_BULK=0)"
+        if bulk:
+            self.bulk, self.path = BulkRuns.open(self.client._client, self.experiment_id)
+        #: batches the store refused as a whole and that were written again run by run
+        self.bulk_retries = 0
 
     # -- messages ------------------------------------------------------------------------------
     def handle(self, msg: Tuple[Any, ...]) -> Any:
@@ -92,6 +102,52 @@ class Writer:
             return None
         finally:
             self.done += 1
+
+    def handle_many(self, msgs: List[Tuple[Any, ...]]) -> None:
+        """Messages in order; consecutive new finished runs are written together."""
+        if self.bulk is None or not self.bulk.usable_now():
+            for msg in msgs:
+                self.handle(msg)
+            return
+        pending: List[Tuple[Tuple[Any, ...], PreparedRun]] = []
+        for msg in msgs:
+            prepared = self._prepare(msg)
+            if prepared is None:
+                self._write(pending)
+                pending = []
+                self.handle(msg)
+            else:
+                pending.append((msg, prepared))
+        self._write(pending)
+
+    def _prepare(self, msg: Tuple[Any, ...]) -> Optional[PreparedRun]:
+        """The rows of a new finished run, or None when the message needs MlflowClient's path."""
+        if msg[0] not in BATCHED or (msg[0] == "experiment" and msg[2]):
+            return None
+        key, parent = msg[1], msg[3]
+        try:
+            record = msg[2] if msg[0] == "run" else experiment_record(**msg[4])
+            prepared = self.bulk.prepare(record, self.runs.get(parent, parent) if parent else None)
+        except Exception:  # noqa: BLE001 - MlflowClient's path reports it as it always did
+            return None
+        self.runs[key] = prepared.run_id
+        return prepared
+
+    def _write(self, pending: List[Tuple[Tuple[Any, ...], PreparedRun]]) -> None:
+        if not pending:
+            return
+        try:
+            self.bulk.write([p for _, p in pending])
+        except Exception:  # noqa: BLE001 - one bad run must not lose the others: write them one by one
+            if os.environ.get("MNEME_TRACK_DEBUG"):
+                traceback.print_exc()
+            self.bulk_retries += 1
+            for msg, _ in pending:
+                self.runs.pop(msg[1], None)
+            for msg, _ in pending:
+                self.handle(msg)
+            return
+        self.done += len(pending)
 
     def op_start(self, key: str, record: RunRecord, parent: Optional[str], resume: Optional[str]) -> str:
         if resume:
@@ -189,24 +245,40 @@ class Writer:
             self.handle(("end", key, status))
 
     def report(self) -> Dict[str, Any]:
-        return {"errors": list(self.errors), "done": self.done, "experiment_id": self.experiment_id}
+        return {"errors": list(self.errors), "done": self.done, "experiment_id": self.experiment_id,
+                "path": self.path, "bulk_retries": self.bulk_retries}
 
 
-def serve(next_message: Callable[[], Optional[tuple]], reply: Callable[[tuple], None], uri: str, experiment: str) -> None:
-    """The writer loop: one reply per ('sync', ...) message; `next_message` returns None when the
-    search process is gone, and then the open runs end KILLED."""
+def serve(inbox: "queue.Queue", reply: Callable[[tuple], None], uri: str, experiment: str) -> None:
+    """The writer loop: one reply per ('sync', ...) message; a None from `inbox` means the search
+    process is gone, and then the open runs end KILLED. New finished runs waiting together are
+    handled as one batch, in order with everything around them."""
     try:
         writer = Writer(uri, experiment)
     except BaseException as e:  # noqa: BLE001 - anything here means the store cannot be used
         reply(("error", f"{type(e).__name__}: {e}"))
         return
     reply(("ready", writer.experiment_id))
+    held: Any = _NOTHING  # a message taken out of the inbox that ended a batch
     while True:
-        msg = next_message()
-        if msg is None:
+        msg, held = (inbox.get() if held is _NOTHING else held), _NOTHING
+        if msg is not None and msg[0] in BATCHED:
+            batch = [msg]
+            while len(batch) < MAX_BATCH:
+                try:
+                    msg = inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if msg is not None and msg[0] in BATCHED:
+                    batch.append(msg)
+                else:
+                    held = msg
+                    break
+            writer.handle_many(batch)
+        elif msg is None:
             writer.end_open(KILLED)
             return
-        if msg[0] == "sync":
+        elif msg[0] == "sync":
             reply(("sync", msg[1], writer.handle(msg[2]) if msg[2] else None, writer.report()))
         elif msg[0] == "close":
             writer.end_open(msg[1])
@@ -214,6 +286,9 @@ def serve(next_message: Callable[[], Optional[tuple]], reply: Callable[[tuple], 
             return
         else:
             writer.handle(msg)
+
+
+_NOTHING = object()
 
 
 class InlineTransport:
@@ -227,7 +302,7 @@ class InlineTransport:
         self.experiment_id = self.writer.experiment_id
 
     def send(self, msg: Tuple[Any, ...]) -> None:
-        self.writer.handle(msg)
+        self.writer.handle_many([msg])
 
     def request(self, msg: Tuple[Any, ...], timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
         return (self.writer.handle(msg) if msg else None), self.writer.report()
@@ -305,7 +380,7 @@ class ThreadTransport(_QueueTransport):
         self.thread.start()
 
     def _serve(self, uri: str, experiment: str) -> None:
-        serve(self.inbox.get, self.replies.put, uri, experiment)
+        serve(self.inbox, self.replies.put, uri, experiment)
 
     def alive(self) -> bool:
         return self.thread.is_alive()
@@ -408,7 +483,9 @@ class WriterPool:
     @staticmethod
     def _merge(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
         return {"errors": [e for r in reports for e in r.get("errors", [])], "done": sum(r.get("done", 0) for r in reports),
-                "experiment_id": next((r["experiment_id"] for r in reports if r.get("experiment_id")), "")}
+                "experiment_id": next((r["experiment_id"] for r in reports if r.get("experiment_id")), ""),
+                "path": ", ".join(sorted({r["path"] for r in reports if r.get("path")})),
+                "bulk_retries": sum(r.get("bulk_retries", 0) for r in reports)}
 
     def request(self, msg: Tuple[Any, ...], timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
         if msg and msg[0] == "ids":
@@ -439,8 +516,10 @@ class WriterPool:
 def auto_writers() -> int:
     """Writer processes for a sweep: MNEME_TRACK_WRITERS, else one per two CPUs, 1 to 8.
 
-    One writer logs about 25-30 trials per second (MLflow's ORM work dominates, not SQLite's commits),
-    so a search at 100 configurations per second needs several to keep the drain at its end short."""
+    On a SQL store one writer logs several hundred trials per second (bulk.py); through MlflowClient
+    (a tracking server) about 25-30, so there a search at 100 configurations per second needs several
+    to keep the drain at its end short. More writers still help SQLite a little: the Python work around
+    its commits runs in parallel."""
     env = os.environ.get("MNEME_TRACK_WRITERS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
@@ -479,18 +558,43 @@ def _main(argv: List[str]) -> int:
     os.dup2(2, 1)  # whatever MLflow prints must not corrupt the protocol
     sys.stdout = sys.stderr
 
-    def next_message() -> Optional[tuple]:
-        try:
-            return pickle.load(proto_in)
-        except (EOFError, OSError, pickle.UnpicklingError):
-            return None  # the search process is gone without closing
+    inbox: "queue.Queue" = queue.Queue()
+
+    def read() -> None:
+        """Unpickles ahead of the writer, so that it sees every message already sent and can batch them."""
+        while True:
+            try:
+                inbox.put(pickle.load(proto_in))
+            except Exception as e:  # noqa: BLE001 - whatever stops the reading, the writer must end its runs
+                if not isinstance(e, (EOFError, OSError, pickle.UnpicklingError)):
+                    traceback.print_exc()
+                inbox.put(None)  # the search process is gone (or has closed)
+                return
 
     def reply(obj: tuple) -> None:
         pickle.dump(obj, proto_out, protocol=pickle.HIGHEST_PROTOCOL)
         proto_out.flush()
 
-    serve(next_message, reply, uri, experiment)
+    threading.Thread(target=read, name="mneme-mlflow-read", daemon=True).start()
+    serve(inbox, reply, uri, experiment)
+    _quick_exit()
     return 0
+
+
+def _quick_exit() -> None:
+    """Leave without the interpreter's teardown of MLflow's many modules (most of a second, which a
+    search closing its tracker would wait for). Every run is committed by now; closing the store's
+    connections first lets SQLite fold its WAL back into the database file."""
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        for engine in list(SqlAlchemyStore._engine_map.values()):
+            engine.dispose()
+    except Exception:  # noqa: BLE001 - an engine that cannot close leaves a WAL, which SQLite replays
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def redacted(text: str) -> str:
     return re.sub(r"(://[^:/@\s]+:)\S+@", r"\1***@", text)
 
 
-def _with_available_driver(url: str) -> str:
+def with_available_driver(url: str) -> str:
     """postgresql:// means psycopg (3) to SQLAlchemy 2.1; use psycopg2 when only that one is installed."""
     import importlib.util
 
@@ -117,7 +117,7 @@ def open_storage(url: str):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
     kwargs: Dict[str, Any] = {}
-    url = _with_available_driver(url)
+    url = with_available_driver(url)
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
         if path and path != ":memory:":

@@ -1,0 +1,230 @@
+"""Many finished runs in one transaction of MLflow's own SQL store: what lets one writer keep up with a
+fast search.
+
+Through MlflowClient a finished run costs create_run, log_batch (its own sub-transactions for params,
+metrics and tags), a get_run inside log_artifacts and set_terminated: about 40 statements and six commits.
+Here the rows MLflow's SqlAlchemyStore writes for exactly those calls are built in Python, checked with
+MLflow's own validators, and inserted for a whole batch of runs at once through the store's session
+maker and its table models. The artifacts go straight into each run's artifact directory (or through the
+artifact root's repository when it is not local), before the rows, so a reader never sees a run without
+its files.
+
+This leans on MLflow internals pinned in pyproject (mlflow==3.17.2): `SqlAlchemyStore.ManagedSessionMaker`,
+`mlflow.store.tracking.dbmodels.models`, the `mlflow.utils.validation` helpers and
+`SqlAlchemyStore.sanitize_metric_value`. `BulkRuns.open` returns None with the reason whenever one of
+them is missing or the store is not a SQL database, and the writer then keeps to MlflowClient.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord
+
+#: tags MLflow's create_run treats specially; a record carrying one goes through MlflowClient instead
+SPECIAL_TAGS = ("mlflow.runName",)
+TERMINAL = (FINISHED, FAILED, KILLED)
+#: how often a transaction refused by SQLite's lock is repeated (a refused transaction changed nothing)
+LOCK_ATTEMPTS = 40
+
+
+def retry_while_locked(call, *args: Any, **kwargs: Any) -> Any:
+    """`call(*args, **kwargs)`, repeated while SQLite is locked by another writer process."""
+    for attempt in range(LOCK_ATTEMPTS):
+        try:
+            return call(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - MLflow wraps the driver's error in its own
+            if "database is locked" not in str(e) or attempt == LOCK_ATTEMPTS - 1:
+                raise
+            time.sleep(min(1.0, 0.02 * (attempt + 1)))
+
+
+class NotBulk(Exception):
+    """This run needs MlflowClient's own path (a special tag, an odd artifact name, a bad value...)."""
+
+
+@dataclass
+class PreparedRun:
+    """The rows and files of one new, finished run, ready to insert."""
+
+    run_id: str
+    run: Dict[str, Any]
+    tags: List[Dict[str, Any]] = field(default_factory=list)
+    params: List[Dict[str, Any]] = field(default_factory=list)
+    metrics: List[Dict[str, Any]] = field(default_factory=list)
+    latest: List[Dict[str, Any]] = field(default_factory=list)
+    files: Dict[str, bytes] = field(default_factory=dict)
+
+
+def _artifact_bytes(content: Any) -> bytes:
+    if isinstance(content, str):
+        return content.encode()
+    if isinstance(content, (bytes, bytearray)):
+        return bytes(content)
+    return Path(content).read_bytes()
+
+
+def _plain_name(name: Any) -> bool:
+    return (isinstance(name, str) and bool(name) and not name.startswith("/") and posixpath.normpath(name) == name
+            and ".." not in name.split("/") and not posixpath.basename(name).startswith(".artifact."))
+
+
+class BulkRuns:
+    """Writes new, finished runs of one experiment into a SQLAlchemy MLflow store, many per transaction."""
+
+    def __init__(self, store: Any, experiment_id: str, artifact_location: str):
+        from mlflow.entities import SourceType
+        from mlflow.entities.lifecycle_stage import LifecycleStage
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+        from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
+        from mlflow.tracking.metric_value_conversion_utils import convert_metric_value_to_float_if_possible
+        from mlflow.utils import validation
+        from mlflow.utils.uri import append_to_uri_path
+
+        self.sessions = store.ManagedSessionMaker
+        self.experiment_id = experiment_id
+        self.artifact_location = artifact_location
+        self.tables = [m.__table__ for m in (SqlRun, SqlTag, SqlParam, SqlMetric, SqlLatestMetric)]
+        self._validate_param = validation._validate_param
+        self._validate_metric = validation._validate_metric
+        self._to_float = convert_metric_value_to_float_if_possible
+        self._append = append_to_uri_path
+        self._source_type = SourceType.to_string(SourceType.UNKNOWN)
+        self._active = LifecycleStage.ACTIVE
+        self._sanitize = store.sanitize_metric_value
+        self.repo = get_artifact_repository(artifact_location)
+        self.local_root = self.repo.artifact_dir if isinstance(self.repo, LocalArtifactRepository) else None
+
+    @classmethod
+    def open(cls, client: Any, experiment_id: str) -> Tuple[Optional["BulkRuns"], str]:
+        """(BulkRuns, 'bulk-sql') for a SQL store, else (None, why MlflowClient's own path is used)."""
+        try:
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+            store = client._tracking_client.store
+            if not isinstance(store, SqlAlchemyStore):
+                return None, f"client ({type(store).__name__} is not a SQL store)"
+            experiment = client.get_experiment(experiment_id)
+            bulk = cls(store, experiment_id, experiment.artifact_location)
+        except Exception as e:  # noqa: BLE001 - any mismatch with MLflow's internals: use its client
+            return None, f"client (bulk path unavailable: {type(e).__name__}: {e})"
+        return bulk, "bulk-sql"
+
+    def usable_now(self) -> bool:
+        """False while MLflow would attach metrics to an active model (log_batch then writes more rows)."""
+        try:
+            from mlflow.tracking.fluent import get_active_model_id
+
+            return get_active_model_id() is None
+        except Exception:  # noqa: BLE001 - unknown: MlflowClient's path knows what to do
+            return False
+
+    # -- rows -------------------------------------------------------------------------------------
+    def prepare(self, record: RunRecord, parent_id: Optional[str]) -> PreparedRun:
+        """What create_run + log_batch + log_artifacts + set_terminated write for `record` (NotBulk if
+        MLflow would treat it specially or refuse part of it: MlflowClient's path then reports that)."""
+        if not record.name or any(t in record.tags for t in SPECIAL_TAGS) or record.status not in TERMINAL:
+            raise NotBulk("special run")
+        files = {}
+        for name, content in record.artifacts.items():
+            if not _plain_name(name):
+                raise NotBulk(f"artifact name {name!r}")
+            files[name] = _artifact_bytes(content)
+        run_id = uuid.uuid4().hex
+        now = int(time.time() * 1000)
+        tags = dict(record.tags)
+        if parent_id:
+            tags["mlflow.parentRunId"] = parent_id
+        tags["mlflow.runName"] = record.name
+        run = dict(
+            run_uuid=run_id, name=record.name, source_type=self._source_type, source_name="", entry_point_name="",
+            user_id=tags.get("mlflow.user", "unknown"), status=record.status, start_time=now, end_time=None,
+            deleted_time=None, source_version="", lifecycle_stage=self._active,
+            artifact_uri=self._append(self.artifact_location, run_id, "artifacts"), experiment_id=int(self.experiment_id),
+        )
+        out = PreparedRun(run_id, run, files=files)
+        out.tags = [{"key": k, "value": v, "run_uuid": run_id} for k, v in tags.items()]
+        for k, v in record.params.items():
+            p = self._validate_param(k, str(v))  # MlflowClient.log_batch stringifies param values
+            out.params.append({"key": p.key, "value": p.value, "run_uuid": run_id})
+        seen = set()
+        latest: Dict[str, Dict[str, Any]] = {}
+        for k, v, step in record.metrics:
+            v = self._to_float(v)
+            self._validate_metric(k, v, now, step)
+            is_nan, value = self._sanitize(v)
+            row = {"key": k, "value": value, "timestamp": now, "step": step, "is_nan": is_nan, "run_uuid": run_id}
+            ident = (k, now, step, value, is_nan)
+            if ident in seen:
+                continue
+            seen.add(ident)
+            out.metrics.append(row)
+            old = latest.get(k)
+            if old is None or (step, now, value) > (old["step"], old["timestamp"], old["value"]):
+                latest[k] = row
+        out.latest = list(latest.values())
+        return out
+
+    # -- writing ----------------------------------------------------------------------------------
+    def write(self, runs: List[PreparedRun]) -> None:
+        """Files first, then every run's rows in one transaction; on failure nothing of `runs` is left."""
+        if not runs:
+            return
+        try:
+            for r in runs:
+                self._files(r)
+            retry_while_locked(self._insert, runs)
+        except BaseException:
+            self.discard(runs)
+            raise
+
+    def _insert(self, runs: List[PreparedRun]) -> None:
+        end = int(time.time() * 1000)
+        for r in runs:
+            r.run["end_time"] = max(end, r.run["start_time"])
+        rows = [[r.run for r in runs], [t for r in runs for t in r.tags], [p for r in runs for p in r.params],
+                [m for r in runs for m in r.metrics], [m for r in runs for m in r.latest]]
+        with self.sessions(read_only=False) as session:
+            for table, batch in zip(self.tables, rows):
+                if batch:
+                    session.execute(table.insert(), batch)
+
+    def _files(self, r: PreparedRun) -> None:
+        if not r.files:
+            return
+        if self.local_root is not None:
+            base = os.path.join(self.local_root, r.run_id, "artifacts")
+            for name, data in r.files.items():
+                dest = os.path.join(base, name)
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                with open(dest, "wb") as f:
+                    f.write(data)
+            return
+        with tempfile.TemporaryDirectory(prefix="mneme-artifacts-") as tmp:
+            for name, data in r.files.items():
+                dest = Path(tmp) / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(data)
+            self.repo.log_artifacts(tmp, artifact_path=f"{r.run_id}/artifacts")
+
+    def discard(self, runs: List[PreparedRun]) -> None:
+        """Remove the files of runs whose rows were not written (best effort for remote roots)."""
+        for r in runs:
+            if not r.files:
+                continue
+            try:
+                if self.local_root is not None:
+                    shutil.rmtree(os.path.join(self.local_root, r.run_id), ignore_errors=True)
+                else:
+                    self.repo.delete_artifacts(f"{r.run_id}/artifacts")
+            except Exception:  # noqa: BLE001 - an orphaned file must not hide the real error
+                pass
