@@ -295,7 +295,7 @@ def run_worker(spec: Dict[str, Any], timeout: float, env: Optional[Dict[str, str
         raise RuntimeError(f"{spec['kind']} worker exited {p.returncode}: {(p.stderr or p.stdout)[-600:] or 'no output'}")
     out = json.loads(lines[-1][len(LINE):])
     if "error" in out:
-        raise RuntimeError(f"in the {spec['kind']} worker: {out['error']}")
+        raise RuntimeError(f"in the {spec['kind']} worker: {out['error']}" + (f" (at {out['where']})" if out.get('where') else ""))
     return out, wall
 
 

@@ -195,7 +195,9 @@ def error_row(ident: Dict[str, Any], exc: BaseException, verbose: bool = False) 
     if verbose:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
     msg = str(exc).strip() or repr(exc)
-    return {**ident, "error": f"{type(exc).__name__}: {msg}"}
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+    return {**ident, "error": f"{type(exc).__name__}: {msg}", **({"where": where} if where else {})}
 
 
 def guarded(ident: Dict[str, Any], fn: Callable[[], Dict[str, Any]], verbose: bool = False) -> Dict[str, Any]:

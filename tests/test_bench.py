@@ -54,6 +54,7 @@ def test_a_failing_row_keeps_its_identity_and_shows_the_error():
 
     bad = benchlib.guarded({"example": "vecadd", "kernel": "vecAdd"}, boom)
     good = benchlib.guarded({"example": "stencil2d", "kernel": "stencil"}, lambda: {"t": 1.5})
+    assert bad.pop("where").startswith("test_bench.py:")  # where it was raised, kept in the results JSON
     assert bad == {"example": "vecadd", "kernel": "vecAdd", "error": "ValueError: the kernel | fell over"}
     tab = benchlib.table("T <O3>", [["example", "example"], ["kernel", "kernel"], ["t", "t ms", ".2f"]], [bad, good], ident=2)
     text = benchlib.render_text(tab).splitlines()

@@ -56,7 +56,7 @@ class Tracker:
         self.experiment = experiment
         self.writer = writer
         #: writer processes (the process writer only); 0: auto (see writer.auto_writers)
-        self.writers = auto_writers() if writers == 0 else max(1, int(writers))
+        self.writers = auto_writers(self.uri) if writers == 0 else max(1, int(writers))
         self.start_timeout = start_timeout
         self.close_timeout = close_timeout
         self.experiment_id = ""
