@@ -3,7 +3,7 @@
 Each example is recorded here at the timing sizes of bench_replay.py (vecadd 2^24, stencil2d 4096 4096 2,
 matmul 1024, reduce 2^24), then every recorded instance is tuned by `mneme tune` over the `standard` preset
 (launch shape, pipelines, codegen level, specialization, launch bounds) with the TPE sampler, a fixed seed
-and N trials (default 100), tracking off. The baseline is the recorded configuration at default<O3>, timed
+and N trials (default 60), tracking off. The baseline is the recorded configuration at default<O3>, timed
 in the same run; the speedup is baseline median / best verified median (10 timed iterations each), and only a
 configuration that verifies against the app's epilogue can be the best. The spread is the best's (max-min)/
 median over its iterations. The ratio line gives the geometric mean of the best speedups.
@@ -45,8 +45,8 @@ def tune(db: str, trials: int, seed: int, tmp: Path, timeout: float) -> Dict[str
     best, base = s.get("best") or {}, s.get("baseline") or {}
     if not best:
         raise RuntimeError(f"no verified trial (exit {s.get('exit_code')}: {s.get('message')})")
-    times = sorted(best.get("times") or [])
-    spread = (times[-1] - times[0]) / times[len(times) // 2] if times else None
+    t = best.get("times") or {}  # min/p25/median/p75/max/mean/std of its timed iterations
+    spread = (t["max"] - t["min"]) / t["median"] if t.get("median") else None
     return {
         "kernel": s.get("kernel", ""), "trials": s["trials"]["counted"],
         "verified": s["trials"]["by_status"].get("verified", 0),
@@ -73,11 +73,11 @@ def main(argv: List[str] = None) -> int:
 
     ap = benchlib.arguments(NAME, __doc__)
     ap.add_argument("--only", default=None, help=f"comma list of examples (default {','.join(EXAMPLES)})")
-    ap.add_argument("--trials", type=int, default=None, help="trials per instance (default 100; --quick 40)")
+    ap.add_argument("--trials", type=int, default=None, help="trials per instance (default 60; --quick 30)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=None, help="seconds per instance's tuning (default 300; --quick 90)")
     args = ap.parse_args(argv)
-    trials = args.trials or (40 if args.quick else 100)
+    trials = args.trials or (30 if args.quick else 60)
     timeout = args.timeout or (90 if args.quick else 300)
     run = benchlib.Run(NAME, __doc__, args.quick)
     rows: List[Dict[str, Any]] = []

@@ -181,10 +181,33 @@ def resolve_lang(lang: str) -> str:
 
 # ---- the workers (each in a process of its own, on the GPU) -----------------------------------------
 
+def _whole_device_uuid() -> None:
+    """CuPy hands the device UUID over as a C string, cut at its first zero byte, and Kernel Tuner 1.5's CuPy
+    backend then fails in uuid.UUID(bytes=...) ('bytes is not a 16-char string') on a GPU whose UUID holds a
+    zero byte (seen on some H200s, not others). Pad it back to 16 bytes (the cut-off bytes were zeros)."""
+    try:
+        import cupy as cp
+    except ImportError:
+        return
+    runtime = cp.cuda.runtime
+    original = runtime.getDeviceProperties
+
+    def properties(device):
+        props = original(device)
+        raw = props.get("uuid")
+        if isinstance(raw, bytes) and len(raw) < 16:
+            props = dict(props, uuid=raw.ljust(16, b"\0"))
+        return props
+
+    runtime.getDeviceProperties = properties
+
+
 def kt_worker(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Kernel Tuner's brute-force search of one space."""
     t0 = time.perf_counter()
     import kernel_tuner
+
+    _whole_device_uuid()
 
     imported = time.perf_counter() - t0
     k = KERNELS[spec["kernel"]]

@@ -514,17 +514,20 @@ class WriterPool:
 
 
 def auto_writers(uri: str = "") -> int:
-    """Writer processes for a sweep: MNEME_TRACK_WRITERS, else two for SQLite, else one per two CPUs, 1 to 8.
+    """Writer processes for a sweep: MNEME_TRACK_WRITERS, else for SQLite one per four CPUs, 2 to 4, else one
+    per two CPUs, 1 to 8.
 
     On a SQL store one writer logs several hundred trials per second (bulk.py); through MlflowClient
     (a tracking server) about 25-30, so there a search at 100 configurations per second needs several.
     SQLite takes one writer at a time: a second one overlaps its Python work with the other's commit
-    (1000 runs on 2 cores: 560/s with one, 900/s with two), more only wait on the lock (490/s with eight)."""
+    (1000 runs on 2 cores: 560/s with one, 900/s with two), more only wait on the lock (490/s with eight on
+    2 cores). Two thirds of a real trial's cost is building its record, which parallelizes; hence up to four
+    on a large host."""
     env = os.environ.get("MNEME_TRACK_WRITERS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
     per_cpus = max(1, min(8, (os.cpu_count() or 1) // 2))
-    return min(2, per_cpus) if uri.startswith("sqlite:") else per_cpus
+    return max(2, min(4, (os.cpu_count() or 1) // 4)) if uri.startswith("sqlite:") else per_cpus
 
 
 TRANSPORTS = {"process": ProcessTransport, "thread": ThreadTransport, "inline": InlineTransport}
