@@ -91,6 +91,16 @@ def test_parent_gets_best_configuration_and_plots(sweep_store):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_summary_from_the_writers_rows_is_the_one_read_back_from_the_store(sweep_store):
+    from mneme.track.summary import summarize_sweep
+
+    _, parent, client = sweep_store
+    p = client.get_run(parent)
+    searched = summarize_sweep(client, parent)  # no rows: the children are searched in the store
+    assert searched["run_id"] == p.data.tags["mneme.best_run_id"] and searched["run_name"] == "trial-6"
+    assert client.get_run(parent).data.metrics["runs"] == p.data.metrics["runs"] == 8
+
+
 def _compare(capsys, uri, *args):
     rc = cli.main(["compare", EXP, "--tracking-uri", uri, *args])
     out = capsys.readouterr()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import pandas as pd
 import yaml
@@ -66,13 +66,22 @@ def trials_table(df: pd.DataFrame, metric: str = "median") -> pd.DataFrame:
     })
 
 
-def summarize_sweep(client, parent_run_id: str, metric: str = "median", title: str = "") -> Optional[Dict[str, Any]]:
-    """Log counts, best configuration and plots to the parent run; returns the best row as a dict."""
+def summarize_sweep(client, parent_run_id: str, metric: str = "median", title: str = "",
+                    rows: Optional[List[Dict[str, Any]]] = None) -> Optional[Dict[str, Any]]:
+    """Log counts, best configuration and plots to the parent run; returns the best row as a dict.
+
+    `rows`: the children as runs.frame rows, when the writers kept them; else they are searched in the store."""
     from mlflow.entities import Metric, RunTag
 
     parent = client.get_run(parent_run_id)
-    children = runs.search(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
-    df = runs.frame(children)
+    if rows is not None:
+        df = pd.DataFrame(rows)
+        if not df.empty and "tags.mneme.trial" in df:
+            df = df.sort_values("tags.mneme.trial", key=lambda c: pd.to_numeric(c, errors="coerce"), kind="stable")
+        df = df.reset_index(drop=True)
+    else:
+        children = runs.search(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
+        df = runs.frame(children)
     table = trials_table(df, metric) if not df.empty else pd.DataFrame()
     now = parent.info.start_time or 0
     counts = {

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from mneme.errors import ConfigurationError
 from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord
@@ -193,6 +193,16 @@ class Tracker:
 
     def run_id(self, key: str) -> str:
         return self.run_ids([key])[key]
+
+    def child_rows(self, key: str, timeout: Optional[float] = 600.0) -> Optional[List[Dict[str, Any]]]:
+        """The children of run `key` as runs.frame rows, from the writers' memory (waits for them to catch up);
+        None without a writer."""
+        if self._transport is None:
+            return None
+        parents = [key] + [i for i in self.run_ids([key], timeout).values() if i]
+        with self._lock:
+            rows, self.report = self._transport.request(("rows", parents), timeout)
+        return rows
 
     def flush(self, timeout: Optional[float] = 600.0) -> Dict[str, Any]:
         """Wait until everything sent so far is in the store; returns the writer's report."""
