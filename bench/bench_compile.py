@@ -3,7 +3,7 @@
 For every kernel of the record DBs under tests/fixtures (real H200 recordings; or --record-dir), the IR is
 linked and pruned as ReplayPipeline does it (`link`: RecordedExecution.link_llvm_modules), then compiled with
 mneme.ir.compile_kernel and no cache, so every stage really runs: `specialize` (the code hash, then a clone, or a
-rewrite and reparse), `optimize` (the pass pipeline), `PTX` (NVPTX codegen), `cubin` (nvJitLink). Two configurations
+rewrite and reparse), `optimize` (the pass pipeline), `PTX` (NVPTX codegen), `cubin` (whole-program ptxas, or nvJitLink: mneme.ir.codegen.assembler()). Two configurations
 per kernel: the recorded launch at default<O3> (`O3`), and the same with argument and dimension
 specialization and launch bounds (`O3+spec`). Each stage's time is the median over the repetitions, after
 one untimed warm-up, on the machine's CPU (no GPU is involved).
@@ -81,7 +81,7 @@ def measure(db: str, rid: str, reps: int) -> Dict[str, Dict[str, Any]]:
                                 arg_values=pipe.arg_values() if cfg.specialize else None, cache=False)
             last[vname] = ck
             if rep == 0:
-                continue  # warm-up: one-time initialization (targets, nvJitLink, page cache) is not a stage
+                continue  # warm-up: one-time initialization (targets, the assembler, page cache) is not a stage
             s = samples.setdefault(vname, {k: [] for k in STAGES})
             for stage, t in zip(STAGES, (pipe.link_time, ck.preprocess_ir_time, ck.opt_time, ck.ptx_time,
                                          ck.cubin_time)):

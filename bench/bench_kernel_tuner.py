@@ -19,7 +19,7 @@ bench.kt_space:BlockSpace --sampler exhaustive` with its defaults (every configu
 recorded epilogue, compile jobs = CPU count, median of the timed iterations after 2 warm-ups, written bytes
 restored before each run) but tracking off. Both time the same number of iterations per configuration
 (--iterations, default 10). mneme compiles the recorded LLVM IR (clang-22 -O3 front end) with LLVM's NVPTX back
-end and nvJitLink, and a launch-only change reuses one cubin. Each tool runs in a fresh process with cold caches
+end and ptxas (whole program), and a launch-only change reuses one cubin. Each tool runs in a fresh process with cold caches
 (CuPy's kernel cache in an empty folder, mneme's cubin cache in its new results folder); for each kernel mneme
 runs first.
 

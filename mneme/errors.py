@@ -18,7 +18,7 @@ class SnapshotError(RecordError):
 
 
 class CompileError(MnemeError):
-    """LLVM or nvJitLink rejected the kernel."""
+    """LLVM, ptxas or nvJitLink rejected the kernel."""
 
 
 class PipelineError(CompileError):
