@@ -10,7 +10,7 @@
 #     compile  bench/bench_compile.py     compile time per stage (runs without a GPU too)
 #     replay   bench/bench_replay.py      replay fidelity, reset time vs D2D bandwidth
 #     tune     bench/bench_tune_throughput.py   configurations per second, 1/4/16 compile jobs
-#     best     bench/bench_best_speedup.py      best speedup `mneme tune` finds per example (~3 min)
+#     best     bench/bench_best_speedup.py      best speedup `mneme tune` finds per example (~4 min)
 #     kt       bench/bench_kernel_tuner.py      side by side with Kernel Tuner (vecAdd, 2-D stencil; ~3 min)
 #     all      every full part in turn (no per-call limit: ~18 min)
 #     report   only regenerate report.md from the results there

@@ -233,3 +233,17 @@ def test_bench_sh_rejects_an_unknown_part_and_reports_existing_results(tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "## Compile time per stage" in (tmp_path / "report.md").read_text()
     assert json.loads((tmp_path / "machine.json").read_text())["bench"] == "machine"
+
+
+def test_best_speedup_without_a_gpu_fails_its_row_and_says_so(tmp_path):
+    import shutil
+
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU machine records for real (tests/gpu covers mneme tune there)")
+    out = tmp_path / "best.json"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_best_speedup.py"), "--only", "vecadd", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 1  # a failed row is a failed run
+    assert p.stdout.rstrip().splitlines()[-1] == "ratio: best / baseline speedup: no instance tuned (see the errors above)"
+    rows = json.loads(out.read_text())["tables"][0]["rows"]
+    assert rows[0]["example"] == "vecadd" and "no NVIDIA driver" in rows[0]["error"]
