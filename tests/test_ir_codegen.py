@@ -104,6 +104,9 @@ def test_bad_input_is_a_compile_error_with_the_log():
         link_cubin(bad, using="nvjitlink")
     with pytest.raises(CompileError, match=r"ptxas \(.*\) rejected the PTX for sm_90(.|\n)*syntax error"):
         link_cubin(bad, using="ptxas")
+    too_new = ".version 99.9\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n"
+    with pytest.raises(CompileError, match="older than the PTX that LLVM emits(.|\n)*MNEME_ASSEMBLER=nvjitlink"):
+        link_cubin(too_new, using="ptxas")
     with pytest.raises(CompileError, match="codegen_method"):
         link_cubin("", method="threads")
     with pytest.raises(CompileError, match="sm_90"):

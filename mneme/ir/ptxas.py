@@ -78,7 +78,11 @@ def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] 
         except OSError as e:
             raise CompileError(f"could not run {exe}: {e}") from None
         if p.returncode != 0 or not out.is_file():
-            raise CompileError(f"ptxas ({exe}) rejected the PTX for {arch} (exit {p.returncode}):\n{p.stderr.strip()}")
+            hint = ""
+            if "Unsupported .version" in p.stderr or "not supported" in p.stderr:
+                hint = (f"\n{exe} (CUDA {ptxas_version(exe)}) is older than the PTX that LLVM emits: point MNEME_PTXAS "
+                        "or CUDA_HOME at a newer toolkit, or set MNEME_ASSEMBLER=nvjitlink")
+            raise CompileError(f"ptxas ({exe}) rejected the PTX for {arch} (exit {p.returncode}):\n{p.stderr.strip()}{hint}")
         return out.read_bytes(), (p.stdout + p.stderr)
 
 
