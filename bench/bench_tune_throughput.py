@@ -62,13 +62,15 @@ def draw_configs(record_db: Path, preset: str, n: int, seed: int):
     return base, [space.derived(space.sample_random(rng)) for _ in range(n)]
 
 
-def executor_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed: int, iterations: int) -> dict:
+def executor_row(record_db: Path, preset: str, jobs: int, n: int, device, seed: int, iterations: int) -> dict:
+    """`device`: one GPU ordinal, or a list of them (one worker each)."""
     from mneme.config import MeasurementSettings
     from mneme.tune.executor import AsyncReplayExecutor
 
+    devices = list(device) if isinstance(device, (list, tuple)) else [device]
     base, configs = draw_configs(record_db, preset, n, seed)
     with tempfile.TemporaryDirectory(prefix="mneme-bench-") as tmp:
-        ex = AsyncReplayExecutor(str(record_db), None, devices=[device], compile_jobs=jobs,
+        ex = AsyncReplayExecutor(str(record_db), None, devices=devices, compile_jobs=jobs,
                                  settings=MeasurementSettings(iterations=iterations, warmup=1),
                                  cache_dir=str(Path(tmp) / "cache"), log_dir=str(Path(tmp) / "logs"))
         try:
@@ -89,8 +91,13 @@ def executor_row(record_db: Path, preset: str, jobs: int, n: int, device: int, s
         statuses[r.status] = statuses.get(r.status, 0) + 1
     best = min((sorted(r.exec_time)[len(r.exec_time) // 2] for r in results if r.status == "verified"), default=None)
     base_med = sorted(warm.exec_time)[len(warm.exec_time) // 2]
+    per_gpu: dict = {}
+    for r in results:
+        if r.executed:
+            per_gpu[r.gpu_id] = per_gpu.get(r.gpu_id, 0) + 1
     return {
         "mode": "executor", "preset": preset, "jobs": jobs, "configs": n, "wall_s": wall, "per_s": n / wall,
+        "devices": devices, "per_gpu": per_gpu,
         "compiles": compiles, "cache_hit_rate": hits / max(1, hits + compiles), "statuses": statuses,
         "best_speedup": (base_med / best) if best else None, "distinct": len({c.hash() for c in configs}),
     }

@@ -12,6 +12,7 @@
 #     tune     bench/bench_tune_throughput.py   configurations per second, 1/4/16 compile jobs
 #     best     bench/bench_best_speedup.py      best speedup `mneme tune` finds per example (~4 min)
 #     kt       bench/bench_kernel_tuner.py      side by side with Kernel Tuner (vecAdd, 2-D stencil; ~3 min)
+#     multi    bench/bench_multi_gpu.py         one GPU vs every GPU of the host (needs nvidia-h200-x2 or larger)
 #     all      every full part in turn (no per-call limit: ~18 min)
 #     report   only regenerate report.md from the results there
 set -uo pipefail
@@ -70,6 +71,7 @@ case "$PART" in
   tune) tune "$LIMIT" ;;
   best) run best_speedup "$LIMIT" "$PY" bench/bench_best_speedup.py --out "$OUT/best_speedup.json" ;;
   kt) run kernel_tuner "$LIMIT" "$PY" bench/bench_kernel_tuner.py --out "$OUT/kernel_tuner.json" ;;
+  multi) run multi_gpu "$LIMIT" "$PY" bench/bench_multi_gpu.py --devices "${DEVICES:-0,1}" --out "$OUT/multi_gpu.json" ;;
   all)
     run record "$LIMIT" "$PY" bench/bench_record.py --out "$OUT/record.json"
     run compile "$LIMIT" "$PY" bench/bench_compile.py --out "$OUT/compile.json"
@@ -79,7 +81,7 @@ case "$PART" in
     run kernel_tuner "$LIMIT" "$PY" bench/bench_kernel_tuner.py --out "$OUT/kernel_tuner.json"
     ;;
   report) ;;
-  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, best, kt, all, report)"; exit 2 ;;
+  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, best, kt, multi, all, report)"; exit 2 ;;
 esac
 
 "$PY" bench/report.py "$OUT" --out "$OUT/report.md" || FAILED+=("report")
