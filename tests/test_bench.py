@@ -249,11 +249,14 @@ def test_best_speedup_without_a_gpu_fails_its_row_and_says_so(tmp_path):
     assert rows[0]["example"] == "vecadd" and "no NVIDIA driver" in rows[0]["error"]
 
 
-def test_multi_gpu_bench_without_a_gpu_stops_at_the_recording(tmp_path):
+def test_multi_gpu_bench_without_a_gpu_stops_at_the_recording_naming_why(tmp_path):
     import shutil
 
     if shutil.which("nvidia-smi"):
         pytest.skip("a GPU machine records for real")
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_multi_gpu.py"), "--out", str(tmp_path / "m.json")],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert p.returncode != 0 and "mneme record failed" in p.stderr and "no NVIDIA driver" in p.stderr
+    assert p.returncode != 0
+    # a clean clone has no example binaries; a dev machine that built them has no driver
+    assert ("examples/bin/vecadd is missing: build the examples" in p.stderr
+            or ("mneme record failed" in p.stderr and "no NVIDIA driver" in p.stderr)), p.stderr
