@@ -363,3 +363,31 @@ def test_storage_passwords_never_leave_the_process():
     assert st.storage_url(None, "/o").endswith("/o/study.db")
     with pytest.raises(ConfigurationError, match="expected a database URL"):
         st.storage_url("some/dir", "/o")
+
+
+def test_a_trial_waits_for_the_earlier_trials_to_claim_their_configuration(tmp_path, monkeypatch):
+    """The race two processes once lost (CI, journal storage): process A has asked trial 0 but not yet written its
+    claim when process B reads the study for trial 1. B must wait for A's claim, so that it sees A ran first."""
+    import threading
+
+    import optuna
+
+    from mneme.tune import session as se
+
+    storage = st.open_storage(f"journal:{tmp_path / 'race.journal'}")
+    study = optuna.create_study(study_name="race", storage=storage)
+    a = study.ask()  # process A: asked, claim not written yet
+    b = study.ask()
+    b.set_user_attr(st.T_CLAIM, {"owner": "B", "config_hash": "H"})
+    threading.Timer(0.3, lambda: a.set_user_attr(st.T_CLAIM, {"owner": "A", "config_hash": "H"})).start()
+    session = se.TrialSession(study, space=None, proposer=None, objective=None, trials=10, owner="B")
+    t0 = time.monotonic()
+    ledger = session._settled_ledger(b.number)
+    assert time.monotonic() - t0 >= 0.25  # it waited for A's claim...
+    assert ledger.original("H", b.number).number == a.number  # ...and so B copies A instead of running H again
+
+    monkeypatch.setattr(se, "CLAIM_WAIT_S", 0.2)
+    study.ask()  # a process that died between asking and claiming holds nobody up for long
+    t0 = time.monotonic()
+    session._settled_ledger(10)
+    assert 0.15 <= time.monotonic() - t0 < 2.0

@@ -32,6 +32,9 @@ from mneme.tune.space import MAX_REJECTIONS, SearchSpace
 
 HEARTBEAT_S = 10.0
 REAP_S = 15.0
+#: longest wait for the trials numbered before ours to state their configuration (a process that died between
+#: asking and claiming must not hold the others up; the reaper fails its trial later)
+CLAIM_WAIT_S = 2.0
 
 
 @dataclass
@@ -126,7 +129,7 @@ class TrialSession:
             asked.append(Ticket(trial, trial.number, params, config, h))
         if not asked:
             return []
-        ledger = self.ledger()
+        ledger = self._settled_ledger(max(t.number for t in asked))
         run: List[Ticket] = []
         for t in asked:
             if ledger.rank(t.number) > self.trials:
@@ -145,6 +148,22 @@ class TrialSession:
             else:
                 self.remote.append(t)
         return run
+
+    def _settled_ledger(self, upto: int) -> st.Ledger:
+        """The ledger once every trial numbered before `upto` has claimed its configuration (or been excluded).
+
+        Another process asks its trial and claims it in two writes. Without this wait, of two processes that
+        drew one configuration at once, the later-numbered could read the study between the earlier one's two
+        writes, see no claim, and run the configuration a second time (seen in CI with journal storage). After
+        it, the later-numbered trial always sees the earlier claim and copies that trial's result."""
+        deadline = time.monotonic() + CLAIM_WAIT_S
+        while True:
+            ledger = self.ledger()
+            unsettled = [t for t in ledger.trials if t.number < upto and t.state.name == "RUNNING"
+                         and not st.claim(t) and not st.flag(t)]
+            if not unsettled or time.monotonic() >= deadline:
+                return ledger
+            time.sleep(0.005)
 
     def _exclude(self, trial, flag: str, error: str, reasons: Optional[List[str]] = None) -> None:
         from optuna.trial import TrialState
