@@ -2,7 +2,9 @@
 
 Two assemblers (ASSEMBLERS): `ptxas`, whole-program like the app's own build and the default wherever a
 CUDA toolkit is found (see mneme/ir/ptxas.py for why), and nvJitLink, in-process, relocatable code
-(MNEME_ASSEMBLER=nvjitlink, or the fallback without a toolkit). nvJitLink's `-O` takes only 0 and 3; levels 1 and 2 reach ptxas as `-Xptxas=-O<n>`. Split
+(MNEME_ASSEMBLER=nvjitlink, or the fallback without a toolkit).
+
+nvJitLink's `-O` takes only 0 and 3; levels 1 and 2 reach ptxas as `-Xptxas=-O<n>`. Split
 compilation (`-split-compile=<threads>`) is nvJitLink's parallel method; ptxas splits the work by
 function, so a module with one kernel and no calls gains little from it. Resource usage is read
 from the `-verbose` info log, whose register count equals `ptxas -c`'s.
@@ -95,8 +97,6 @@ _FUNC_PROPS = re.compile(
     r"(?:, (\d+) bytes cmem\[[1-9]\d*\])*, (\d+) bytes lmem"
 )
 _PTXAS_PROPS = re.compile(r"^ptxas info\s*: Function properties for (\S+)\s*$")
-_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USER_CMEM = re.compile(r"(\d+) bytes cmem\[[1-9]\d*\]")
 
 
 def parse_info_log(log: str) -> Dict[str, Dict[str, int]]:
@@ -108,14 +108,14 @@ def parse_info_log(log: str) -> Dict[str, Dict[str, int]]:
         int(n)
         for line in lines
         if line.startswith("info") and "registers" not in line and "Function" not in line
-        for n in _USER_CMEM.findall(line)
+        for n in ptxas.USER_CMEM.findall(line)
     )
     for i, line in enumerate(lines):
         m = _FUNC_HEADER.match(line)
         if m and i + 1 < len(lines):
             p = _FUNC_PROPS.search(lines[i + 1])
             if p:
-                user_cmem = sum(int(x) for x in _USER_CMEM.findall(lines[i + 1]))
+                user_cmem = sum(int(x) for x in ptxas.USER_CMEM.findall(lines[i + 1]))
                 funcs.setdefault(m.group(1), {}).update(
                     registers=int(p.group(1)), barriers=int(p.group(2)), stack=int(p.group(3)),
                     shared_mem=int(p.group(4)), param_mem=int(p.group(5)),
@@ -124,7 +124,7 @@ def parse_info_log(log: str) -> Dict[str, Dict[str, int]]:
                 )
         m = _PTXAS_PROPS.match(line)
         if m and i + 1 < len(lines):
-            s = _SPILLS.search(lines[i + 1])
+            s = ptxas.SPILLS.search(lines[i + 1])
             if s:
                 funcs.setdefault(m.group(1), {}).update(
                     stack_frame=int(s.group(1)), spill_stores=int(s.group(2)), spill_loads=int(s.group(3))

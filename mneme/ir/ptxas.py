@@ -88,10 +88,16 @@ def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] 
 
 _ENTRY = re.compile(r"^ptxas info\s*: (?:Compiling entry function '([^']+)'|Function properties for (\S+))")
 _USED = re.compile(r"^ptxas info\s*: Used (\d+) registers(.*)$")
-_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+#: ptxas's spill line and its user constant banks, as ptxas prints them alone or inside nvJitLink's log
+SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+USER_CMEM = re.compile(r"(\d+) bytes cmem\[[1-9]\d*\]")
 _AMOUNT = {"barriers": re.compile(r"used (\d+) barriers"), "smem": re.compile(r"(\d+) bytes smem"),
            "lmem": re.compile(r"(\d+) bytes lmem")}
-_USER_CMEM = re.compile(r"(\d+) bytes cmem\[[1-9]\d*\]")
+
+
+def _amount(pattern: "re.Pattern[str]", text: str) -> int:
+    m = pattern.search(text)
+    return int(m.group(1)) if m else 0
 
 
 def parse_log(log: str, cubin: bytes = b"") -> Dict[str, Dict[str, int]]:
@@ -107,7 +113,7 @@ def parse_log(log: str, cubin: bytes = b"") -> Dict[str, Dict[str, int]]:
         if m:
             current = m.group(1) or m.group(2)
             continue
-        s = _SPILLS.search(line)
+        s = SPILLS.search(line)
         if s and current:
             funcs.setdefault(current, {}).update(
                 stack=int(s.group(1)), spill_stores=int(s.group(2)), spill_loads=int(s.group(3)))
@@ -116,13 +122,13 @@ def parse_log(log: str, cubin: bytes = b"") -> Dict[str, Dict[str, int]]:
         if u and current:
             rest = u.group(2)
             f = funcs.setdefault(current, {})
-            amounts = {k: int(r.search(rest).group(1)) if r.search(rest) else 0 for k, r in _AMOUNT.items()}
+            amounts = {k: _amount(r, rest) for k, r in _AMOUNT.items()}
             f.update(registers=int(u.group(1)), barriers=amounts["barriers"], shared_mem=amounts["smem"],
                      local_mem=amounts["lmem"] + f.get("stack", 0),
-                     const_mem=sum(int(x) for x in _USER_CMEM.findall(rest)))
+                     const_mem=sum(int(x) for x in USER_CMEM.findall(rest)))
             continue
         if line.startswith("ptxas info") and "gmem" in line:
-            module_cmem += sum(int(x) for x in _USER_CMEM.findall(line))
+            module_cmem += sum(int(x) for x in USER_CMEM.findall(line))
     banks = constant_banks(cubin) if cubin else {}
     user = banks.get((USER_BANK, ""), 0)
     for name, f in funcs.items():
