@@ -20,14 +20,12 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord
+from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord, artifact_bytes, staged
 
 #: tags MLflow's create_run treats specially; a record carrying one goes through MlflowClient instead
 SPECIAL_TAGS = ("mlflow.runName",)
@@ -62,14 +60,6 @@ class PreparedRun:
     metrics: List[Dict[str, Any]] = field(default_factory=list)
     latest: List[Dict[str, Any]] = field(default_factory=list)
     files: Dict[str, bytes] = field(default_factory=dict)
-
-
-def _artifact_bytes(content: Any) -> bytes:
-    if isinstance(content, str):
-        return content.encode()
-    if isinstance(content, (bytes, bytearray)):
-        return bytes(content)
-    return Path(content).read_bytes()
 
 
 def _plain_name(name: Any) -> bool:
@@ -138,7 +128,7 @@ class BulkRuns:
         for name, content in record.artifacts.items():
             if not _plain_name(name):
                 raise NotBulk(f"artifact name {name!r}")
-            files[name] = _artifact_bytes(content)
+            files[name] = artifact_bytes(content)
         run_id = uuid.uuid4().hex
         now = int(time.time() * 1000)
         tags = dict(record.tags)
@@ -209,11 +199,7 @@ class BulkRuns:
                 with open(dest, "wb") as f:
                     f.write(data)
             return
-        with tempfile.TemporaryDirectory(prefix="mneme-artifacts-") as tmp:
-            for name, data in r.files.items():
-                dest = Path(tmp) / name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(data)
+        with staged(r.files) as tmp:
             self.repo.log_artifacts(tmp, artifact_path=f"{r.run_id}/artifacts")
 
     def discard(self, runs: List[PreparedRun]) -> None:

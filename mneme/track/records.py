@@ -6,14 +6,16 @@ turn a result into a loggable record in microseconds and hand it to the writer (
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import shutil
 import statistics
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from mneme import __version__
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
@@ -47,6 +49,26 @@ FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 
 Metric = Tuple[str, float, int]  # (key, value, step)
 Artifact = Union[bytes, str, Path]
+
+
+def artifact_bytes(content: Artifact) -> bytes:
+    """An artifact's content: str as UTF-8, bytes as they are, a Path's file."""
+    if isinstance(content, str):
+        return content.encode()
+    if isinstance(content, (bytes, bytearray)):
+        return bytes(content)
+    return Path(content).read_bytes()
+
+
+@contextlib.contextmanager
+def staged(artifacts: Mapping[str, Artifact]) -> Iterator[str]:
+    """A temporary directory holding the artifacts as files under their names (for `log_artifacts`)."""
+    with tempfile.TemporaryDirectory(prefix="mneme-artifacts-") as tmp:
+        for name, content in artifacts.items():
+            dest = Path(tmp) / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(artifact_bytes(content))
+        yield tmp
 
 
 @dataclass

@@ -19,15 +19,13 @@ import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mneme.track.bulk import BulkRuns, PreparedRun, retry_while_locked
-from mneme.track.records import FAILED, KILLED, RUNNING, RunRecord, experiment_record
+from mneme.track.records import FAILED, KILLED, RUNNING, RunRecord, experiment_record, staged
 
 #: MLflow's per-call limits on log_batch.
 PARAMS_TAGS_PER_BATCH = 100
@@ -217,13 +215,7 @@ class Writer:
             self._remember(key, None, record, run_id)
 
     def _artifacts(self, run_id: str, artifacts: Dict[str, Any]) -> None:
-        with tempfile.TemporaryDirectory(prefix="mneme-artifacts-") as tmp:
-            for name, content in artifacts.items():
-                dest = Path(tmp) / name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if isinstance(content, str):
-                    content = content.encode()
-                dest.write_bytes(content if isinstance(content, (bytes, bytearray)) else Path(content).read_bytes())
+        with staged(artifacts) as tmp:
             self.client.log_artifacts(run_id, tmp)
 
     def op_end(self, key: str, status: str) -> None:
