@@ -333,6 +333,8 @@ for i in range(50):
     lib.mn_line_hexaddr(ctypes.byref(l), b"addr", ctypes.c_uint64(0x153940000000 + i))
     lib.mn_line_hex(ctypes.byref(l), b"args", b"\x00\xff\x10", ctypes.c_size_t(3))
     lib.mn_line_str(ctypes.byref(l), b"name", "_Z3k\u00e9".encode())
+    lib.mn_line_u64s(ctypes.byref(l), b"t", (ctypes.c_uint64 * 3)(i, 2**64 - 1, 0), ctypes.c_size_t(3))
+    lib.mn_line_u32s(ctypes.byref(l), b"grid", (ctypes.c_uint32 * 3)(i + 1, 2**32 - 1, 7), ctypes.c_size_t(3))
     n = lib.mn_line_end(ctypes.byref(l))
     fails += lib.mn_log_write(ctypes.byref(log), buf, ctypes.c_size_t(n)) != 0
 print(json.dumps({"failed": log.failed, "fails": fails, "bytes": log.bytes}))
@@ -352,6 +354,7 @@ def test_log_lines_are_json_and_a_full_disk_marks_the_log_failed(built, tmp_path
     events = [json.loads(x) for x in data.splitlines()]
     assert len(events) == 50 and events[3]["addr"] == hex(0x153940000003) and events[3]["args"] == "00ff10"
     assert events[3]["neg"] == -3 - 9223372036854775000 and events[3]["name"].encode("latin-1") == "_Z3k\u00e9".encode()
+    assert events[3]["t"] == [3, 2**64 - 1, 0] and events[3]["grid"] == [4, 2**32 - 1, 7]  # both integer widths
 
     res, data = write(1000)  # a file-size limit stands in for a full disk
     assert res["failed"] == 1 and res["fails"] > 0, "the failure is noticed, the writer keeps running"

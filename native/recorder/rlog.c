@@ -134,27 +134,22 @@ void mn_line_hex(mn_line *l, const char *k, const void *data, size_t n) {
   put(l, "\"", 1);
 }
 
-void mn_line_u64s(mn_line *l, const char *k, const uint64_t *v, size_t n) {
+/* A JSON array of n unsigned integers of `width` bytes (4 or 8) each. */
+static void uints(mn_line *l, const char *k, const void *v, size_t width, size_t n) {
   char tmp[24];
   key(l, k);
   put(l, "[", 1);
   for (size_t i = 0; i < n; i++) {
+    uint64_t x = width == 8 ? ((const uint64_t *)v)[i] : ((const uint32_t *)v)[i];
     if (i) put(l, ",", 1);
-    put(l, tmp, mn_fmt_u64(tmp, v[i]));
+    put(l, tmp, mn_fmt_u64(tmp, x));
   }
   put(l, "]", 1);
 }
 
-void mn_line_u32s(mn_line *l, const char *k, const uint32_t *v, size_t n) {
-  char tmp[24];
-  key(l, k);
-  put(l, "[", 1);
-  for (size_t i = 0; i < n; i++) {
-    if (i) put(l, ",", 1);
-    put(l, tmp, mn_fmt_u64(tmp, v[i]));
-  }
-  put(l, "]", 1);
-}
+void mn_line_u64s(mn_line *l, const char *k, const uint64_t *v, size_t n) { uints(l, k, v, 8, n); }
+
+void mn_line_u32s(mn_line *l, const char *k, const uint32_t *v, size_t n) { uints(l, k, v, 4, n); }
 
 void mn_line_strs(mn_line *l, const char *k, const char *const *v, size_t n) {
   key(l, k);
