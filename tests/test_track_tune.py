@@ -49,6 +49,10 @@ def test_tune_logs_one_parent_and_a_run_per_trial_and_resumes_under_it(tmp_path)
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
     assert sum(r.data.tags["mneme.role"] == "trial" for r in children) == 7
     assert sum(r.data.tags["mneme.role"] == "baseline" for r in children) == 1
+    # the resumed process's summary counts the first process's runs too, and its best cannot be worse
+    after = client.get_run(parent[0].info.run_id).data.metrics
+    assert after["runs"] == 8 and after["best_exec_time_ns"] <= parent[0].data.metrics["best_exec_time_ns"]
+    assert len({r.data.tags["mneme.tracker"] for r in children}) == 2
 
 
 def test_no_track_logs_nothing(tmp_path):

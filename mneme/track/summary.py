@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -66,24 +67,33 @@ def trials_table(df: pd.DataFrame, metric: str = "median") -> pd.DataFrame:
     })
 
 
+def children(client, parent, rows: Optional[List[Dict[str, Any]]], session: str = "") -> pd.DataFrame:
+    """Every child run of `parent`: `rows` (what this process's writers kept, as runs.frame rows) plus, from the
+    store, the children other trackers logged (earlier processes of a resumed study, processes sharing it),
+    told apart by the mneme.tracker tag `session`; without `rows`, all of them from the store."""
+    where = f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    if rows is None:
+        return runs.frame(runs.search(client, [parent.info.experiment_id], where))
+    others = runs.search(client, [parent.info.experiment_id], f"{where} and tags.`mneme.tracker` != '{session}'")
+    mine = {r.get("run_id") for r in rows}
+    parts = [f for f in (runs.frame([r for r in others if r.info.run_id not in mine]), pd.DataFrame(rows)) if not f.empty]
+    df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if not df.empty and "tags.mneme.trial" in df:
+        df = df.sort_values("tags.mneme.trial", key=lambda c: pd.to_numeric(c, errors="coerce"), kind="stable")
+    return df.reset_index(drop=True)
+
+
 def summarize_sweep(client, parent_run_id: str, metric: str = "median", title: str = "",
-                    rows: Optional[List[Dict[str, Any]]] = None) -> Optional[Dict[str, Any]]:
+                    rows: Optional[List[Dict[str, Any]]] = None, session: str = "") -> Optional[Dict[str, Any]]:
     """Log counts, best configuration and plots to the parent run; returns the best row as a dict.
 
-    `rows`: the children as runs.frame rows, when the writers kept them; else they are searched in the store."""
+    `rows`, `session`: see `children`."""
     from mlflow.entities import Metric, RunTag
 
     parent = client.get_run(parent_run_id)
-    if rows is not None:
-        df = pd.DataFrame(rows)
-        if not df.empty and "tags.mneme.trial" in df:
-            df = df.sort_values("tags.mneme.trial", key=lambda c: pd.to_numeric(c, errors="coerce"), kind="stable")
-        df = df.reset_index(drop=True)
-    else:
-        children = runs.search(client, [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}'")
-        df = runs.frame(children)
+    df = children(client, parent, rows, session)
     table = trials_table(df, metric) if not df.empty else pd.DataFrame()
-    now = parent.info.start_time or 0
+    now = int(time.time() * 1000)  # a later summary (a resumed study) must win over an earlier one
     counts = {
         "runs": float(len(df)),
         "verified_runs": float((table["verified"] == 1).sum()) if not table.empty else 0.0,

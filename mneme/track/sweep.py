@@ -17,6 +17,8 @@ from mneme.track.tracker import Tracker
 
 PARENT_ENV = "MNEME_MLFLOW_PARENT_RUN_ID"
 SUMMARY = "mneme.track.summary:summarize_sweep"
+#: the tag that names the Tracker (one per process) that logged a child run
+TRACKER_TAG = "mneme.tracker"
 
 
 class SweepRun:
@@ -27,6 +29,7 @@ class SweepRun:
         self.key = key
         self._run_id = run_id
         self.metric = metric
+        self._summarized = False
 
     @classmethod
     def start(
@@ -79,7 +82,8 @@ class SweepRun:
     # -- trials -----------------------------------------------------------------------------------
     def start_trial(self, name: str, tags: Optional[Mapping[str, Any]] = None) -> str:
         """A RUNNING child run, shown as in flight until `finish_trial` (or KILLED if interrupted)."""
-        return self.tracker.start_run(RunRecord(name, tags=tags_text(tags or {})), parent=self.parent)
+        tags = {**(tags or {}), TRACKER_TAG: self.tracker.session}
+        return self.tracker.start_run(RunRecord(name, tags=tags_text(tags)), parent=self.parent)
 
     def finish_trial(self, key: str, record: RunRecord) -> None:
         self.tracker.log(key, record)
@@ -101,6 +105,7 @@ class SweepRun:
         """Log one finished trial (to `key` if it was started with `start_trial`); returns its key."""
         tags = dict(kw.pop("tags", None) or {})
         tags.setdefault("mneme.trial", number)
+        tags[TRACKER_TAG] = self.tracker.session
         kwargs = dict(
             name=name or f"{role}-{number}", config=config, settings=settings, result=result,
             role=role, baseline_ns=baseline_ns, metric=self.metric, tags=tags, **kw,
@@ -114,7 +119,15 @@ class SweepRun:
         if self._run_id and os.environ.get(PARENT_ENV) == self._run_id:
             del os.environ[PARENT_ENV]
         if summarize:
-            # every writer's trials, as rows they kept while writing them (reading 1000 runs back costs seconds)
-            rows = self.tracker.child_rows(self.key)
-            self.tracker.call(self.key, SUMMARY, metric=self.metric, title=title, rows=rows)
+            self.summarize(title)
         self.tracker.end_run(self.key, status)
+
+    def summarize(self, title: str = "") -> None:
+        """Counts, best configuration and plots on the parent run (once; `finish` then skips it). Call it when
+        no trial of this process is still to come."""
+        if self.key is None or self._summarized:
+            return
+        self._summarized = True
+        # every writer's trials, as rows they kept while writing them (reading 1000 runs back costs seconds)
+        rows = self.tracker.child_rows(self.key)
+        self.tracker.call(self.key, SUMMARY, metric=self.metric, title=title, rows=rows, session=self.tracker.session)

@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from typing import Any, Dict, Iterable, List, Optional
 
 from mneme.errors import ConfigurationError
@@ -65,6 +66,8 @@ class Tracker:
         self._starting = None
         self._lock = threading.Lock()
         self._prefix = f"{os.getpid()}-{next(Tracker._ids)}"
+        #: tags this tracker's child runs (mneme.tracker), so a summary can tell its own from other processes'
+        self.session = uuid.uuid4().hex
         self._keys = itertools.count()
         self._old_sigterm = None
         self._send_seconds = 0.0
