@@ -32,7 +32,8 @@ TITLES = {
 }
 TUNE_COLUMNS = [
     ["mode", "mode"], ["preset", "preset"], ["jobs", "jobs", "d"], ["configs", "configs", "d"],
-    ["distinct", "distinct", "d"], ["wall_s", "wall s", ".2f"], ["per_s", "configs/s", ".1f"],
+    ["distinct", "distinct", "d"], ["wall_s", "wall s", ".2f"], ["finish_s", "of it finish s", ".2f"],
+    ["per_s", "configs/s", ".1f"],
     ["compiles", "compiles", "d"], ["cache_hit_rate", "cache hit", ".1%"], ["best_speedup", "best x", ".3f"],
     ["statuses", "statuses"],
 ]

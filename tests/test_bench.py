@@ -208,13 +208,17 @@ def test_report_renders_results_and_the_tune_rows(tmp_path):
     (tmp_path / "tune_throughput.json").write_text(json.dumps([
         {"mode": "executor", "preset": "launch", "jobs": 16, "configs": 300, "distinct": 280, "wall_s": 2.5,
          "per_s": 120.0, "compiles": 200, "cache_hit_rate": 0.3, "best_speedup": 1.2, "statuses": {"verified": 300}},
+        {"mode": "tune+mlflow", "preset": "launch", "jobs": 16, "configs": 1000, "distinct": 7, "wall_s": 3.0,
+         "finish_s": 0.25, "per_s": 333.3, "compiles": 1, "cache_hit_rate": 0.875, "best_speedup": 1.1,
+         "statuses": {"verified": 1000}},
         {"mode": "mneme tune", "preset": "launch", "jobs": 16, "configs": 200, "error": "exit 1"}]))
     (tmp_path / "tune_throughput.log").write_text("...\nratio: 120.0 configs/s\n")
     md = report.render(report.load([tmp_path]))
     assert md.startswith("# Benchmark results")
     assert md.index("## Replay fidelity") < md.index("## Tuning throughput")
     assert "| vecAdd | 1.004 |" in md and "Default&lt;O3&gt; method." in md
-    assert "| executor | launch | 16 | 300 | 280 | 2.50 | 120.0 | 200 | 30.0% | 1.200 | verified 300 |" in md
+    assert "| executor | launch | 16 | 300 | 280 | 2.50 | - | 120.0 | 200 | 30.0% | 1.200 | verified 300 |" in md
+    assert "| tune+mlflow | launch | 16 | 1000 | 7 | 3.00 | 0.25 | 333.3 | 1 | 87.5% | 1.100 | verified 1000 |" in md
     assert "| mneme tune | launch | 16 | ERROR: exit 1 |" in md
     assert "Ratio: 120.0 configs/s" in md and "Ratio: fidelity 1.004" in md
     assert "| d2d | 4.1e+12 | 4.3e+12 | B/s | 0.953 | anchor |" in md

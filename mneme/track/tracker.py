@@ -116,7 +116,8 @@ class Tracker:
             self._old_sigterm = None
         atexit.unregister(self._at_exit)
         try:
-            self.report = transport.close(status, self.close_timeout)
+            with self._lock:  # after a request another thread has in flight (a sweep's summary)
+                self.report = transport.close(status, self.close_timeout)
         except (RuntimeError, TimeoutError) as e:
             self.report = {"errors": [str(e)]}
         for err in self.report.get("errors", [])[:20]:

@@ -9,6 +9,8 @@ trials under the same parent.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -57,6 +59,8 @@ class MlflowTuneHook:
         self.info: Dict[str, Any] = {}
         self.baseline_ns: Optional[float] = None
         self.resumed_run = False
+        self._summary: Optional[threading.Thread] = None
+        self._summary_error: Optional[BaseException] = None
 
     def _record_tags(self) -> Dict[str, Any]:
         """What every run of the study shares: the kernel's identity, and where its compiled code is."""
@@ -99,7 +103,28 @@ class MlflowTuneHook:
         self.sweep.trial(trial["number"], trial["config"], None, trial["result"], baseline_ns=self.baseline_ns,
                          tags=tags, **self._record_tags())
 
+    def on_search_end(self, info: Dict[str, Any]) -> None:
+        """Summarize while the tuner stops its workers and writes its results: the writers drain their backlog
+        and draw the plots in that time instead of after it (the tuner sends nothing until on_end joins)."""
+        if self.sweep is None or not self.sweep.owned:
+            return
+        title = self.info.get("study", "")
+        self._summary = threading.Thread(target=self._summarize, args=(title,), name="mneme-mlflow-summary", daemon=True)
+        self._summary.start()
+
+    def _summarize(self, title: str) -> None:
+        try:
+            self.sweep.summarize(title)
+            self.tracker.flush()
+        except BaseException as e:  # noqa: BLE001 - reported by on_end, in the tuner's thread
+            self._summary_error = e
+
     def on_end(self, summary: Dict[str, Any]) -> None:
+        if self._summary is not None:
+            self._summary.join()
+            self._summary = None
+            if self._summary_error is not None:
+                print(f"mneme tune: warning: the sweep summary failed ({self._summary_error!r})", file=sys.stderr)
         if self.sweep is None:
             self.tracker.close()
             return

@@ -31,6 +31,10 @@ class TuneHook:
         """One trial ended: number, status, config (ExperimentConfiguration), result (ExperimentResult), values,
         speedup (None when it did not verify), duplicate_of, params."""
 
+    def on_search_end(self, info: Dict[str, Any]) -> None:
+        """The last trial ended normally (info: search_s, trials); the workers stop and the results directory is
+        written next, then on_end. Work that needs every trial can start here and overlap with those."""
+
     def on_end(self, summary: Dict[str, Any]) -> None:
         """The run ended (normally, by failure or interrupted): the summary written to summary.json, and
         out_dir."""

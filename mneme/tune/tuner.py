@@ -75,6 +75,7 @@ class Tuner:
         self.best_value: Optional[float] = None
         #: seconds of the baseline and of the search (first trial asked to last told), for the summary
         self.timing: Dict[str, float] = {}
+        self._search_ended: Optional[float] = None
 
     # -- preparation (no GPU, no storage) ----------------------------------------------------------------
     def prepare(self) -> None:
@@ -177,7 +178,9 @@ class Tuner:
             elif not o.baseline_only:
                 t1 = time.perf_counter()
                 self._search()
-                self.timing["search_s"] = time.perf_counter() - t1
+                self._search_ended = time.perf_counter()
+                self.timing["search_s"] = self._search_ended - t1
+                self.hook("on_search_end", {"search_s": self.timing["search_s"], "trials": o.trials})
         except BaseException as e:  # interrupted, or a failure: stop the workers, give the trials back, say so
             self.executor.shutdown(wait=False, cancel_futures=True)
             self._abandon_pending()
@@ -212,8 +215,11 @@ class Tuner:
         t = time.perf_counter()
         self.hook("on_end", summary)  # tracking writes its last runs here
         if "search_s" in self.timing:
-            timing = dict(self.timing, tracking_close_s=time.perf_counter() - t)
-            spent = timing["search_s"] + timing["tracking_close_s"]
+            # finish_s: from the last trial until everything is written (workers stopped, results directory,
+            # tracking closed); tracking_close_s is on_end's share of it
+            now = time.perf_counter()
+            timing = dict(self.timing, tracking_close_s=now - t, finish_s=now - (self._search_ended or t))
+            spent = timing["search_s"] + timing["finish_s"]
             timing["trials_per_s"] = (summary.get("trials") or {}).get("counted", 0) / spent if spent > 0 else 0.0
             summary["timing"] = timing
         return TuneOutcome(code, summary, self.out_dir, message)
