@@ -94,3 +94,13 @@ def test_best_config_round_trips_from_params():
 def test_pareto_front_keeps_only_undominated_points():
     pts = [(32, 100.0), (24, 120.0), (40, 90.0), (32, 130.0), (24, 125.0), (64, 95.0)]
     assert sorted(pareto_front(pts)) == [0, 1, 2]
+
+
+def test_latest_metric_is_mlflows_largest_step_then_largest_value_nan_as_zero():
+    from mneme.track.records import latest
+
+    ms = [("t", 5.0, 0), ("t", 3.0, 1), ("t", 2.0, 1), ("r", float("nan"), 0), ("r", -1.0, 0), ("s", float("nan"), 2)]
+    got = latest(ms, lambda m: (m[0], m[2], m[1]))
+    assert got["t"] == ("t", 3.0, 1)  # step 1 beats step 0's larger value; then the larger value
+    assert got["r"][1] != got["r"][1]  # NaN ranks as 0, above -1
+    assert set(got) == {"t", "r", "s"}

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord, artifact_bytes, staged
+from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord, artifact_bytes, latest, staged
 
 #: tags MLflow's create_run treats specially; a record carrying one goes through MlflowClient instead
 SPECIAL_TAGS = ("mlflow.runName",)
@@ -147,7 +147,6 @@ class BulkRuns:
             p = self._validate_param(k, str(v))  # MlflowClient.log_batch stringifies param values
             out.params.append({"key": p.key, "value": p.value, "run_uuid": run_id})
         seen = set()
-        latest: Dict[str, Dict[str, Any]] = {}
         for k, v, step in record.metrics:
             v = self._to_float(v)
             self._validate_metric(k, v, now, step)
@@ -158,10 +157,7 @@ class BulkRuns:
                 continue
             seen.add(ident)
             out.metrics.append(row)
-            old = latest.get(k)
-            if old is None or (step, now, value) > (old["step"], old["timestamp"], old["value"]):
-                latest[k] = row
-        out.latest = list(latest.values())
+        out.latest = list(latest(out.metrics, lambda r: (r["key"], r["step"], r["value"])).values())
         return out
 
     # -- writing ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from mneme import __version__
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
@@ -82,6 +82,22 @@ class RunRecord:
     #: artifact file name -> content (str is text, bytes as is) or a pathlib.Path to copy
     artifacts: Dict[str, Artifact] = field(default_factory=dict)
     status: str = FINISHED
+
+
+_M = TypeVar("_M")
+
+
+def latest(metrics: Iterable[_M], key: Callable[[_M], Tuple[str, int, float]]) -> Dict[str, _M]:
+    """Per metric name, the entry MLflow reports as its latest value among entries of one timestamp: the largest
+    step, then the largest value, NaN counted as 0 (as the store keeps it); `key` gives (name, step, value)."""
+    out: Dict[str, _M] = {}
+    ranks: Dict[str, Tuple[int, float]] = {}
+    for m in metrics:
+        name, step, value = key(m)
+        rank = (step, 0.0 if math.isnan(value) else value)
+        if name not in out or rank > ranks[name]:
+            out[name], ranks[name] = m, rank
+    return out
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:

@@ -25,7 +25,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mneme.track.bulk import BulkRuns, PreparedRun, retry_while_locked
-from mneme.track.records import FAILED, KILLED, RUNNING, RunRecord, experiment_record, staged
+from mneme.track.records import FAILED, KILLED, RUNNING, RunRecord, experiment_record, latest, staged
 
 #: MLflow's per-call limits on log_batch.
 PARAMS_TAGS_PER_BATCH = 100
@@ -143,13 +143,9 @@ class Writer:
             return
         self.parent_of[key] = parent
         row = self.children.setdefault(parent, {}).setdefault(key, {"run_id": run_id})
-        latest: Dict[str, Tuple[int, float]] = {}
-        for k, v, step in record.metrics:  # MLflow's latest value: the largest step, then the largest value
-            if k not in latest or (step, v) > latest[k]:
-                latest[k] = (step, v)
         row.update({"run_id": run_id, "run_name": record.name, "status": record.status})
         row.update({f"params.{k}": str(v) for k, v in record.params.items()})
-        row.update({f"metrics.{k}": v for k, (_, v) in latest.items()})
+        row.update({f"metrics.{k}": m[1] for k, m in latest(record.metrics, lambda m: (m[0], m[2], float(m[1]))).items()})
         row.update({f"tags.{k}": v for k, v in record.tags.items()})
 
     def op_rows(self, parents: List[str]) -> List[Dict[str, Any]]:
