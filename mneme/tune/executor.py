@@ -414,12 +414,8 @@ class AsyncReplayExecutor:
 
     def _on_exit(self, w: _Worker) -> None:
         self._receive(w)  # an answer sent just before exiting still counts
-        w.process.join(timeout=5)
+        self._reap(w, grace=5)
         code = w.process.exitcode
-        try:
-            w.conn.close()
-        except OSError:
-            pass
         if w.job is not None:
             op, job = w.job
             w.job = None
@@ -453,12 +449,7 @@ class AsyncReplayExecutor:
             if w.deadline > now or w.process is None:
                 continue
             starting = w.state == "starting"
-            w.process.kill()
-            w.process.join(timeout=5)
-            try:
-                w.conn.close()
-            except OSError:
-                pass
+            self._reap(w, grace=0)
             w.deadline = float("inf")
             self._stats["timeouts"] += 1
             if w.job is not None:
@@ -500,16 +491,21 @@ class AsyncReplayExecutor:
                 except (BrokenPipeError, EOFError, OSError):
                     pass
         for w in self._workers:
-            if w.process is None:
-                continue
-            w.process.join(timeout=10)
-            if w.process.is_alive():
-                w.process.kill()
-                w.process.join(timeout=5)
-            try:
-                w.conn.close()
-            except OSError:
-                pass
+            if w.process is not None:
+                self._reap(w, grace=10)
+
+    @staticmethod
+    def _reap(w: _Worker, grace: float) -> None:
+        """Give the worker's process `grace` seconds to exit, kill it if it has not, and close its pipe."""
+        if grace > 0:
+            w.process.join(timeout=grace)
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join(timeout=5)
+        try:
+            w.conn.close()
+        except OSError:
+            pass
 
     # -- jobs ------------------------------------------------------------------------------------------
     def _take_submissions(self) -> None:
