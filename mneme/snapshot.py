@@ -501,6 +501,14 @@ class CompareResult:
     def __bool__(self) -> bool:
         return self.equal
 
+    @classmethod
+    def of(cls, equal: Any, rep: Any, offset: int = 0, **extra: Any):
+        """From an mn_cmp_report; `offset` is added to its first mismatch (a range inside a larger buffer)."""
+        return cls(equal=bool(equal), mismatches=int(rep.mismatches),
+                   first_mismatch=offset + int(rep.first_mismatch) if rep.mismatches else None,
+                   max_abs_err=float(rep.max_abs_err), max_rel_err=float(rep.max_rel_err),
+                   err_norm=float(rep.err_norm), ref_norm=float(rep.ref_norm), **extra)
+
 
 def compare(expected: Any, actual: Any, elem: Union[str, int] = "bytes", mode: Union[str, int] = "abs",
             norm: Union[str, int] = "element", tol: float = -1.0, *, atol: Optional[float] = None,
@@ -521,8 +529,7 @@ def compare(expected: Any, actual: Any, elem: Union[str, int] = "bytes", mode: U
         rc = lib.mn_compare(e, a, n, el, _code(MODES, mode, "tolerance mode"), nm, tol, rep)
     if rc < 0:
         raise ValueError(_error())
-    return CompareResult(bool(rc), int(rep.mismatches), int(rep.first_mismatch) if rep.mismatches else None,
-                         float(rep.max_abs_err), float(rep.max_rel_err), float(rep.err_norm), float(rep.ref_norm))
+    return CompareResult.of(rc, rep)
 
 
 def diff_ranges(a: Any, b: Any, merge_gap: int = MERGE_GAP) -> List[Tuple[int, int]]:

@@ -238,3 +238,19 @@ def test_checksum_diff_and_compare_run_at_gigabytes_per_second():
           f"diff (every other byte) {gbs_dense:.1f} GB/s, compare f32 equal {gbs_cmp:.1f} GB/s")
     assert len(diff_ranges(ab, bb)) == 4096
     assert gbs_sum > 1 and gbs_diff > 1
+
+
+def test_a_device_check_result_is_the_compare_report_placed_in_its_buffer():
+    """BufferResult (the device layer's) is CompareResult plus the check: the same report, offset to the range."""
+    from mneme.device.memory import BufferCheck, BufferResult
+
+    e = np.arange(64, dtype=np.float32)
+    a = e.copy()
+    a[9] += 1.0
+    r = compare(e, a, "f32", atol=0.0, rtol=0.0)
+    rep = type("Rep", (), dict(mismatches=r.mismatches, first_mismatch=r.first_mismatch, max_abs_err=r.max_abs_err,
+                               max_rel_err=r.max_rel_err, err_norm=r.err_norm, ref_norm=r.ref_norm))
+    c = BufferCheck("blob", 0x1000, 0x1000, 256, 256, "f32", "element", 0.0, 0.0)
+    b = BufferResult.of(r.equal, rep, c.offset, check=c)
+    assert not b and b.check is c and b.first_mismatch == 256 + 9 * 4 and b.max_abs_err == r.max_abs_err == 1.0
+    assert "blob 0x1000 [256, +256): 1 f32 elements differ, first at offset 292" in str(b)

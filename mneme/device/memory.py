@@ -21,7 +21,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 from mneme.device.driver import Device, get_device
 from mneme.device.errors import CudaError, check, lib
 from mneme.errors import DeviceError
-from mneme.snapshot import NORMS, Check, Snapshot, Space, _bytes_arg, elem_code
+from mneme.snapshot import NORMS, Check, CompareResult, Snapshot, Space, _bytes_arg, elem_code
 
 Address = Union[int, str]
 #: Buffers at least this large are compared on the GPU (smaller ones are copied back).
@@ -132,17 +132,10 @@ BufferCheck = Check
 
 
 @dataclass(frozen=True)
-class BufferResult:
-    """The outcome of one check; `first_mismatch` is a byte offset inside the buffer, None if none."""
+class BufferResult(CompareResult):
+    """The outcome of one check: mn_compare's report on it; `first_mismatch` is a byte offset inside the buffer."""
 
-    check: Any
-    equal: bool
-    mismatches: int
-    first_mismatch: Optional[int]
-    max_abs_err: float
-    max_rel_err: float
-    err_norm: float
-    ref_norm: float
+    check: Any = None
 
     def __str__(self) -> str:
         c = self.check
@@ -342,10 +335,7 @@ class ReplayState(_Native):
             eq = ffi.new("int[]", len(jobs))
             check(native.mnc_verify(self._live(), _module_handle(module), arr, len(jobs), gpu_min_bytes, reps, eq))
             for i, c in enumerate(jobs):
-                r = reps[i]
-                report.results.append(BufferResult(
-                    c, bool(eq[i]), int(r.mismatches), c.offset + int(r.first_mismatch) if r.mismatches else None,
-                    float(r.max_abs_err), float(r.max_rel_err), float(r.err_norm), float(r.ref_norm)))
+                report.results.append(BufferResult.of(eq[i], reps[i], c.offset, check=c))
                 report.bytes_compared += c.length
         report.equal = not report.differences and all(r.equal for r in report.results)
         return report
@@ -402,5 +392,4 @@ def compare_on_device(expected: int, actual: int, n: int, elem: str = "bytes", n
     check(native.mnc_compare_device(int(expected), int(actual), int(n), elem_code(elem), NORMS[norm],
                                     float(atol), float(rtol), rep, eq))
     c = BufferCheck("blob", int(actual), int(actual), 0, int(n), elem, norm, atol, rtol)
-    return BufferResult(c, bool(eq[0]), int(rep.mismatches), int(rep.first_mismatch) if rep.mismatches else None,
-                        float(rep.max_abs_err), float(rep.max_rel_err), float(rep.err_norm), float(rep.ref_norm))
+    return BufferResult.of(eq[0], rep, check=c)
