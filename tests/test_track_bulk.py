@@ -231,3 +231,28 @@ def test_stores_without_sql_and_the_switch_keep_to_mlflow_client(tmp_path, monke
     assert run.data.params == {"p": "1"} and run.data.metrics == {"m": 2.0} and run.info.status == FINISHED
     monkeypatch.setenv("MNEME_TRACK_BULK", "0")
     assert Writer(f"sqlite:///{tmp_path}/m.db", "off").path.endswith("MNEME_TRACK_BULK=0)")
+
+
+def test_trials_of_one_kernel_share_its_artifact_files(tmp_path, monkeypatch):
+    """The same .ptx and .cubin logged by many trials is written once and hard-linked; small files are not."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    kernel = {"kernel.ptx": "// ptx\n" * 2000, "kernel.cubin": b"\x7fELF" + bytes(9000)}
+    msgs = [("run", f"t{i}", RunRecord(f"trial-{i}", {}, {}, [("x", 1.0, 0)], {**kernel, "result.json": f"{{\"i\": {i}}}"}), None)
+            for i in range(5)]
+    w = Writer(f"sqlite:///{tmp_path}/mlflow.db", "links", bulk=True)
+    w.handle_many(msgs[:3])
+    w.handle_many(msgs[3:])  # a later batch links to the first one's files too
+    assert w.path == "bulk-sql" and w.errors == []
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([w.experiment_id])
+    assert len(runs) == 5
+    from mlflow.utils.file_utils import local_file_uri_to_path
+
+    where = {r.info.run_id: Path(local_file_uri_to_path(r.info.artifact_uri)) for r in runs}  # the files themselves
+    stat = {name: {os.stat(where[r.info.run_id] / name).st_ino for r in runs} for name in ("kernel.ptx", "kernel.cubin", "result.json")}
+    assert len(stat["kernel.ptx"]) == 1 and len(stat["kernel.cubin"]) == 1 and len(stat["result.json"]) == 5
+    for r in runs:
+        assert Path(client.download_artifacts(r.info.run_id, "kernel.cubin")).read_bytes() == kernel["kernel.cubin"]
+        assert Path(client.download_artifacts(r.info.run_id, "result.json")).read_text().startswith('{"i": ')

@@ -17,6 +17,7 @@ them is missing or the store is not a SQL database, and the writer then keeps to
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import shutil
@@ -30,6 +31,8 @@ from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord, artifact_by
 #: tags MLflow's create_run treats specially; a record carrying one goes through MlflowClient instead
 SPECIAL_TAGS = ("mlflow.runName",)
 TERMINAL = (FINISHED, FAILED, KILLED)
+#: artifacts at least this large are written once per content and hard-linked after that
+LINK_MIN_BYTES = 4096
 #: how often a transaction refused by SQLite's lock is repeated (a refused transaction changed nothing)
 LOCK_ATTEMPTS = 40
 
@@ -93,6 +96,8 @@ class BulkRuns:
         self._sanitize = store.sanitize_metric_value
         self.repo = get_artifact_repository(artifact_location)
         self.local_root = self.repo.artifact_dir if isinstance(self.repo, LocalArtifactRepository) else None
+        #: content digest -> a file already written with it (trials sharing a code hash log the same kernel)
+        self._written: Dict[bytes, str] = {}
 
     @classmethod
     def open(cls, client: Any, experiment_id: str) -> Tuple[Optional["BulkRuns"], str]:
@@ -192,11 +197,26 @@ class BulkRuns:
             for name, data in r.files.items():
                 dest = os.path.join(base, name)
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
-                with open(dest, "wb") as f:
-                    f.write(data)
+                self._write_file(dest, data)
             return
         with staged(r.files) as tmp:
             self.repo.log_artifacts(tmp, artifact_path=f"{r.run_id}/artifacts")
+
+    def _write_file(self, dest: str, data: bytes) -> None:
+        """A hard link to an earlier artifact with the same content, else a new file: 1000 trials of one kernel
+        then write its .ll, .ptx and .cubin once, not 1000 times (each run still lists its own files)."""
+        digest = hashlib.blake2b(data, digest_size=20).digest() if len(data) >= LINK_MIN_BYTES else b""
+        src = self._written.get(digest) if digest else None
+        if src is not None:
+            try:
+                os.link(src, dest)
+                return
+            except OSError:  # removed meanwhile, another file system, or no links there: write it
+                pass
+        with open(dest, "wb") as f:
+            f.write(data)
+        if digest:
+            self._written[digest] = dest
 
     def discard(self, runs: List[PreparedRun]) -> None:
         """Remove the files of runs whose rows were not written (best effort for remote roots)."""
