@@ -127,6 +127,7 @@ def tune_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed:
             "mode": mode, "preset": preset, "jobs": jobs, "configs": n, "wall_s": wall,
             "per_s": timing.get("trials_per_s", 0.0), "search_s": timing.get("search_s", 0.0),
             "finish_s": timing.get("finish_s", 0.0), "tracking_close_s": timing.get("tracking_close_s", 0.0),
+            "tracking": s.get("tracking") or {},
             "compiles": ex.get("compiles", 0), "cache_hit_rate": ex.get("cache_hit_rate", 0.0),
             "statuses": s["trials"]["by_status"], "best_speedup": (s.get("best") or {}).get("speedup"),
             "distinct": s["trials"]["counted"] - s["trials"]["duplicates"],
@@ -153,7 +154,7 @@ def main() -> int:
     ap.add_argument("--tune-trials", type=int, default=1000,
                     help="trials of each end-to-end `mneme tune` row (default 1000: a study long enough that its fixed "
                          "costs, such as the sweep's summary plots, do not decide the per-second figure)")
-    ap.add_argument("--tune-repeats", type=int, default=3, help="runs of each end-to-end row, off and on alternating")
+    ap.add_argument("--tune-repeats", type=int, default=5, help="runs of each end-to-end row, off and on alternating")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = ap.parse_args()
 

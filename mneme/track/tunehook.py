@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -120,11 +121,14 @@ class MlflowTuneHook:
             self._summary_error = e
 
     def on_end(self, summary: Dict[str, Any]) -> None:
+        t0 = time.perf_counter()
         if self._summary is not None:
             self._summary.join()
             self._summary = None
             if self._summary_error is not None:
                 print(f"mneme tune: warning: the sweep summary failed ({self._summary_error!r})", file=sys.stderr)
+        # what the end of the study waited for (in the --json summary): tells a slow store from a slow summary
+        summary["tracking"] = {"summary_wait_s": time.perf_counter() - t0}
         if self.sweep is None:
             self.tracker.close()
             return
@@ -135,5 +139,8 @@ class MlflowTuneHook:
         self.sweep.log(tags={"mneme.exit_code": str(code), "mneme.message": str(summary.get("message", ""))},
                        artifacts={f"results/{n}": p for n, p in files.items()})
         self.sweep.finish(status, title=self.info.get("study", ""))
-        self.tracker.close(status)
+        t1 = time.perf_counter()
+        report = self.tracker.close(status)
+        summary["tracking"].update(close_s=time.perf_counter() - t1, runs_written=report.get("done"),
+                                   errors=len(report.get("errors", [])), **self.tracker.stats())
 

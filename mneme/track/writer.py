@@ -381,7 +381,7 @@ class _QueueTransport:
             while True:
                 reply = self._reply(timeout, "close")
                 if reply[0] == "closed":
-                    self.join(0.2)  # it is exiting; its interpreter's teardown need not hold the caller
+                    self.join(0)  # everything is in the store; its interpreter's teardown need not hold the caller
                     return reply[1]
         except BaseException:
             self.join(10.0)
