@@ -391,3 +391,19 @@ def test_a_trial_waits_for_the_earlier_trials_to_claim_their_configuration(tmp_p
     t0 = time.monotonic()
     session._settled_ledger(10)
     assert 0.15 <= time.monotonic() - t0 < 2.0
+
+
+def test_journal_storage_needs_no_fsync_per_write_and_optunas_own_backend_reads_it(tmp_path, monkeypatch):
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    from mneme.tune.study import open_storage
+
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    path = tmp_path / "s.journal"
+    study = optuna.create_study(storage=open_storage(f"journal:{path}"), study_name="s")
+    study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=6)
+    assert synced == []  # Optuna's own backend fsyncs every write
+    stock = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(path))))
+    assert [t.params["x"] for t in stock.trials] == [t.params["x"] for t in study.trials] and len(stock.trials) == 6

@@ -107,15 +107,38 @@ def with_available_driver(url: str) -> str:
     return url
 
 
+def _page_cache_journal():
+    """Optuna's journal file backend without its fsync after every write.
+
+    The fsync made each trial wait for the disk, and with it for every other write on the machine (ext4 commits
+    its journal for all files at once): a plain `dd` beside an untracked 1000-trial study on the H200 slowed its
+    search by 30-50 %. Without it a crashed or killed process loses nothing (the page cache has the lines); only a
+    crash of the OS can lose the last trials, which --resume runs again. The SQLite storages make the same choice
+    (the study's: WAL with synchronous=NORMAL; MLflow's: synchronous=OFF)."""
+    from optuna.storages.journal import JournalFileBackend
+
+    class PageCacheJournal(JournalFileBackend):
+        def append_logs(self, logs: List[Dict[str, Any]]) -> None:
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
+            self._lock.acquire()
+            try:
+                with open(self._file_path, "ab") as f:
+                    f.write(text)
+            finally:
+                self._lock.release()
+
+    return PageCacheJournal
+
+
 def open_storage(url: str):
     """An Optuna storage object for a URL from `storage_url`."""
     optuna = _optuna()
     if url.startswith("journal:"):
-        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+        from optuna.storages.journal import JournalFileOpenLock, JournalStorage
 
         path = url[len("journal:"):]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+        return JournalStorage(_page_cache_journal()(path, lock_obj=JournalFileOpenLock(path)))
     kwargs: Dict[str, Any] = {}
     url = with_available_driver(url)
     if url.startswith("sqlite:///"):
