@@ -3,11 +3,13 @@
 For the `launch` and the `compiler` presets, with 1, 4 and 16 compile processes, the AsyncReplayExecutor is fed
 N configurations drawn from the preset (seeded), each one compiled (or found in the cache), verified and timed
 on the GPU. Every row starts from an empty cubin cache, after the workers are up (the baseline is evaluated
-first and not counted). Two last rows run the whole `mneme tune` loop (Optuna, journal storage) on the launch
-preset, with MLflow tracking off and on (a fresh SQLite store, one run per trial), alternating, --tune-repeats times
-each: their configurations per second are the trials over the search plus its finish (from the last trial until the
-command has written everything: workers stopped, results directory, tracking closed), so the tracked rows show what
-tracking costs a search. The tracking ratio compares the median rows of each mode.
+first and not counted). The last rows run the whole `mneme tune` loop (Optuna) on the launch preset, with MLflow
+tracking off and on (a fresh SQLite store, one run per trial), alternating, --tune-repeats times each, on a journal
+study storage (`--storage journal:PATH`, the fast one; --tune-storage default: SQLite in the output directory, what
+`mneme tune` uses without --storage, whose Optuna RDB layer reads the trials back on every ask).
+Their configurations per second are the trials over the search plus its finish (from the last trial until the
+command has written everything: workers stopped, results directory, tracking closed), so the tracked rows show
+what tracking costs a search. The tracking ratio compares the median rows of each mode.
 
     python bench/bench_tune_throughput.py                       # records examples/bin/vecadd itself
     python bench/bench_tune_throughput.py --record-db DB.json --configs 400 --jobs 1,4,16
@@ -105,16 +107,18 @@ def executor_row(record_db: Path, preset: str, jobs: int, n: int, device, seed: 
 
 
 def tune_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed: int, iterations: int,
-             track: bool = False, sampler: str = "random") -> dict:
+             track: bool = False, sampler: str = "random", storage: str = "journal") -> dict:
     import os
 
     mode = "tune+mlflow" if track else "mneme tune"
     with tempfile.TemporaryDirectory(prefix="mneme-bench-tune-") as tmp:
         out = Path(tmp) / "out"
         argv = [sys.executable, "-m", "mneme.cli", "tune", "-rdb", str(record_db), "--space", preset, "--sampler", sampler,
-                "--trials", str(n), "--devices", str(device), "--compile-jobs", str(jobs), "--storage",
-                f"journal:{Path(tmp) / 'study.journal'}", "--seed", str(seed), "-it", str(iterations), "--warmup", "1",
+                "--trials", str(n), "--devices", str(device), "--compile-jobs", str(jobs),
+                "--seed", str(seed), "-it", str(iterations), "--warmup", "1",
                 "--quiet", "--json", "-o", str(out)] + ([] if track else ["--no-track"])
+        if storage == "journal":
+            argv += ["--storage", f"journal:{Path(tmp) / 'study.journal'}"]
         env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{Path(tmp) / 'mlflow.db'}")
         p = subprocess.run(argv, capture_output=True, text=True, env=env)
         if p.returncode != 0:
@@ -124,7 +128,7 @@ def tune_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed:
         timing = s.get("timing") or {}
         wall = timing.get("search_s", 0.0) + timing.get("finish_s", 0.0)
         return {
-            "mode": mode, "preset": preset, "jobs": jobs, "configs": n, "wall_s": wall,
+            "mode": mode, "preset": preset, "jobs": jobs, "configs": n, "wall_s": wall, "storage": storage,
             "per_s": timing.get("trials_per_s", 0.0), "search_s": timing.get("search_s", 0.0),
             "finish_s": timing.get("finish_s", 0.0), "tracking_close_s": timing.get("tracking_close_s", 0.0),
             "tracking": s.get("tracking") or {},
@@ -154,7 +158,10 @@ def main() -> int:
     ap.add_argument("--tune-trials", type=int, default=1000,
                     help="trials of each end-to-end `mneme tune` row (default 1000: a study long enough that its fixed "
                          "costs, such as the sweep's summary plots, do not decide the per-second figure)")
-    ap.add_argument("--tune-repeats", type=int, default=5, help="runs of each end-to-end row, off and on alternating")
+    ap.add_argument("--tune-storage", default="journal", choices=("journal", "default"),
+                    help="the study storage of the `mneme tune` rows: journal (a journal file) or default (what "
+                         "`mneme tune` uses without --storage: SQLite in the output directory)")
+    ap.add_argument("--tune-repeats", type=int, default=4, help="runs of each end-to-end row, off and on alternating")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = ap.parse_args()
 
@@ -169,7 +176,8 @@ def main() -> int:
             jobs = max(int(j) for j in args.jobs.split(","))
             for _ in range(max(1, args.tune_repeats)):
                 for track in (False, True):
-                    rows.append(tune_row(db, "launch", jobs, args.tune_trials, args.device, args.seed, args.iterations, track))
+                    rows.append(tune_row(db, "launch", jobs, args.tune_trials, args.device, args.seed, args.iterations, track,
+                                         storage=args.tune_storage))
                     print(f"  {rows[-1]['mode']:<11} {rows[-1].get('per_s', 0):8.1f} configs/s", file=sys.stderr)
 
     print(f"\nrecord: {db}")
@@ -191,7 +199,7 @@ def main() -> int:
     launch = [r for r in rows if r["mode"] == "executor" and r["preset"] == "launch"]
     top = max(launch, key=lambda r: r["per_s"]) if launch else max(rows, key=lambda r: r.get("per_s", 0))
     off, on = median_row(rows, "mneme tune"), median_row(rows, "tune+mlflow")
-    tracking = (f"; tracking on / off {on['per_s'] / off['per_s']:.3f} (medians of {args.tune_repeats}: {on['per_s']:.1f} "
+    tracking = (f"; tracking on / off {on['per_s'] / off['per_s']:.3f} ({args.tune_storage} study storage, medians of {args.tune_repeats}: {on['per_s']:.1f} "
                 f"vs {off['per_s']:.1f} configs/s; finish {on['finish_s']:.2f} vs {off['finish_s']:.2f} s; goal >= 0.90: "
                 f"{'met' if on['per_s'] >= 0.9 * off['per_s'] else 'NOT met'})") if on and off else ""
     print(f"ratio: {top['per_s']:.1f} configs/s ({top['preset']} preset, {top['jobs']} compile jobs, one GPU) vs Mneme's "
