@@ -72,7 +72,8 @@ def tune_space(db: str, space: str, trials: int, seed: int, tmp: Path, timeout: 
 
 def best_text(c: Dict[str, Any]) -> str:
     dims = lambda d: "x".join(str(d.get(k, 1)) for k in "xyz")  # noqa: E731
-    parts = [f"block {dims(c.get('block', {}))}", c.get("passes", ""), f"-O{c.get('codegen_opt')}"]
+    parts = [f"grid {dims(c.get('grid', {}))}", f"block {dims(c.get('block', {}))}", c.get("passes", ""),
+             f"-O{c.get('codegen_opt')}"]
     if c.get("specialize"):
         parts.append("specialize")
     if c.get("specialize_dims"):
