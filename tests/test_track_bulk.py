@@ -256,3 +256,16 @@ def test_trials_of_one_kernel_share_its_artifact_files(tmp_path, monkeypatch):
     for r in runs:
         assert Path(client.download_artifacts(r.info.run_id, "kernel.cubin")).read_bytes() == kernel["kernel.cubin"]
         assert Path(client.download_artifacts(r.info.run_id, "result.json")).read_text().startswith('{"i": ')
+
+
+def test_a_metric_name_seen_before_is_still_refused_a_value_mlflow_refuses(tmp_path, monkeypatch):
+    """The bulk path validates a metric name once; a later non-numeric value of that name still goes through
+    MLflow's validator and is refused, as MlflowClient refuses it."""
+    monkeypatch.chdir(tmp_path)
+    w = Writer(f"sqlite:///{tmp_path}/mlflow.db", "names", bulk=True)
+    w.handle_many([("run", "a", RunRecord("a", {}, {}, [("m", 1.0, 0), ("m", 2.0, 1)]), None),
+                   ("run", "b", RunRecord("b", {}, {}, [("m", "fast", 0)]), None),
+                   ("run", "c", RunRecord("c", {}, {}, [("m", 3.0, 0)]), None)])
+    assert len(w.errors) == 1 and w.errors[0].startswith("run b:") and "fast" in w.errors[0]
+    runs = {r.info.run_name: r for r in MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_runs([w.experiment_id])}
+    assert runs["a"].data.metrics == {"m": 2.0} and runs["c"].data.metrics == {"m": 3.0}
