@@ -3,6 +3,7 @@
 import json
 
 import yaml
+from irutil import bc_dir, build  # noqa: F401  (fixtures)
 
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings, dim3
 from mneme.track import records
@@ -80,6 +81,12 @@ def test_experiment_record_carries_identity_error_and_reproducible_files():
     replay = yaml.safe_load(rec.artifacts["config.yaml"])["replay"]
     assert ExperimentConfiguration.from_dict(replay).hash() == cfg.hash()
     assert json.loads(rec.artifacts["result.json"])["result"]["error"] == "ptxas: too many resources"
+    # the YAML is cached by content: the same configuration gives the same text, another one its own
+    again = records.experiment_record("trial-4", ExperimentConfiguration(block=dim3(64)), MeasurementSettings(), r)
+    other = records.experiment_record("trial-5", ExperimentConfiguration(block=dim3(128)), MeasurementSettings(), r)
+    assert again.artifacts["config.yaml"] == rec.artifacts["config.yaml"] != other.artifacts["config.yaml"]
+    assert yaml.safe_load(other.artifacts["config.yaml"])["replay"]["block"]["x"] == 128
+    assert list(yaml.safe_load(rec.artifacts["config.yaml"])["replay"]) == list(cfg.to_dict())  # field order kept
 
 
 def test_best_config_round_trips_from_params():
@@ -104,3 +111,23 @@ def test_latest_metric_is_mlflows_largest_step_then_largest_value_nan_as_zero():
     assert got["t"] == ("t", 3.0, 1)  # step 1 beats step 0's larger value; then the larger value
     assert got["r"][1] != got["r"][1]  # NaN ranks as 0, above -1
     assert set(got) == {"t", "r", "s"}
+
+
+def test_kernel_files_come_from_the_compile_cache_and_a_late_entry_is_found(build, tmp_path):
+    """A trial names its kernel by code hash; the writer reads the .ll, .ptx and .cubin from the tuner's compile
+    cache (real clang and llvmlite here), keeps recent ones, and never remembers an entry that was missing."""
+    from mneme.ir import CompileCache, compile_kernel, link_modules, static_hash
+
+    saxpy = "_Z5saxpyfPKfPfii"
+    mod = link_modules([build("params.cu")], saxpy)
+    cfg = ExperimentConfiguration(grid=dim3(4), block=dim3(128))
+    ck = compile_kernel(mod, saxpy, cfg, "sm_90", static_hash(mod, saxpy), cache=False, keep_ll=True)
+    result = ExperimentResult(exec_time=[1.0] * 3, executed=True, verified=True, status="verified", code_hash=ck.code_hash)
+    cache_dir = tmp_path / "cache"
+    before = records.experiment_record("t0", cfg, None, result, compile_cache=str(cache_dir))
+    assert set(before.artifacts) == {"config.yaml", "result.json"}  # not compiled yet: no kernel files
+    CompileCache(cache_dir).put(ck)
+    for name in ("t1", "t2"):
+        rec = records.experiment_record(name, cfg, None, result, compile_cache=str(cache_dir))
+        assert rec.artifacts["kernel.ptx"] == ck.ptx and rec.artifacts["kernel.ll"] == ck.ll
+        assert rec.artifacts["kernel.cubin"] == ck.cubin.cubin

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import shutil
 import statistics
 import subprocess
 import tempfile
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
@@ -272,6 +274,39 @@ def tags_text(tags: Mapping[str, Any]) -> Dict[str, str]:
     return {str(k): _text(v, MAX_TAG_LEN) for k, v in tags.items() if v is not None}
 
 
+#: the kernel files of recent (compile cache, code hash) pairs: a study's trials share few code hashes
+_KERNEL_FILES: "OrderedDict[Tuple[str, str], Dict[str, Artifact]]" = OrderedDict()
+KERNEL_FILES_KEPT = 64
+
+
+def _cached_kernel_files(cache_dir: str, code_hash: str) -> Dict[str, Artifact]:
+    """kernel_artifacts of a compile-cache entry, read once while it is recent (an entry never changes: its
+    name is the hash of its code). A missing entry is not remembered: it may be written later."""
+    key = (str(cache_dir), code_hash)
+    files = _KERNEL_FILES.get(key)
+    if files is not None:
+        _KERNEL_FILES.move_to_end(key)
+        return dict(files)
+    from mneme.ir.compile import CompileCache
+
+    files = kernel_artifacts(CompileCache(cache_dir).get(code_hash))
+    if files:
+        _KERNEL_FILES[key] = files
+        while len(_KERNEL_FILES) > KERNEL_FILES_KEPT:
+            _KERNEL_FILES.popitem(last=False)
+    return dict(files)
+
+
+@functools.lru_cache(maxsize=1024)
+def _config_yaml(doc: str) -> str:
+    """The YAML of a JSON document, keys in their order. Cached: a study's trials repeat configurations, and
+    YAML's representer costs a writer 0.3 ms per run."""
+    import yaml
+
+    # libyaml's emitter when present: the same text, several times faster than the pure-Python one
+    return yaml.dump(json.loads(doc), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
+
+
 def experiment_record(
     name: str,
     config: ExperimentConfiguration,
@@ -296,16 +331,10 @@ def experiment_record(
     `config_yaml` is the composed Hydra config when there is one; otherwise the replay configuration
     and measurement settings are written, so every run can be reproduced from its artifacts.
     """
-    import json
-
-    import yaml
-
     config_d = config.to_dict()
     settings_d = settings.to_dict() if settings is not None else None
     if config_yaml is None:
-        # libyaml's emitter when present: the same text, several times faster than the pure-Python one
-        config_yaml = yaml.dump({"replay": config_d, "measure": settings_d if settings else {}},
-                                Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
+        config_yaml = _config_yaml(json.dumps({"replay": config_d, "measure": settings_d if settings else {}}))
     body = {
         "configuration": config_d,
         "settings": settings_d if settings else None,
@@ -317,9 +346,7 @@ def experiment_record(
     }
     files: Dict[str, Artifact] = dict(artifacts or {})
     if compile_cache and result.code_hash and not files:
-        from mneme.ir.compile import CompileCache
-
-        files.update(kernel_artifacts(CompileCache(compile_cache).get(result.code_hash)))
+        files.update(_cached_kernel_files(compile_cache, result.code_hash))
     files["config.yaml"] = config_yaml
     files["result.json"] = json.dumps(body, indent=2, default=str) + "\n"
     all_tags = environment_tags()
