@@ -165,3 +165,35 @@ def test_disabled_tracker_does_nothing(tmp_path, monkeypatch):
         key = SweepRun.start(t, "x").trial(0, ExperimentConfiguration(), None, _result(0))
         assert key and not t.active
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def _writer_processes(uri: str) -> list:
+    """pids of live writer processes (not zombies) whose command line names `uri`."""
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"mneme.track.writer" in cmd and uri.encode() in cmd and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_writers_start_together_and_none_is_left_when_the_store_is_unusable(tmp_path):
+    """The extra writers start with the first (importing MLflow meanwhile) and open the store only after it; a
+    store the first cannot open stops them all."""
+    good = f"sqlite:///{tmp_path}/good.db"
+    tracker = Tracker(good, EXP, writers=3).open()
+    assert len(_writer_processes(good)) == 3
+    assert tracker.close().get("errors") == []
+    uri = f"mysql://user@127.0.0.1:1/{tmp_path.name}"  # its driver is not installed: the first writer says so
+    with pytest.raises(ConfigurationError, match="MySQLdb"):
+        Tracker(uri, EXP, writers=3).open()
+    deadline = time.monotonic() + 10
+    while _writer_processes(uri) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _writer_processes(uri) == []

@@ -32,6 +32,8 @@ PARAMS_TAGS_PER_BATCH = 100
 METRICS_PER_BATCH = 1000
 #: how often a caller waiting for a reply checks that the writer is still alive (seconds)
 POLL_S = 0.5
+#: a writer process started with this flag waits for ("go",) on its input before it opens the store
+GO_FLAG = "--after-go"
 #: messages that make a new, finished run: the writer takes all of them waiting, up to this many, at once
 BATCHED = ("run", "experiment")
 MAX_BATCH = 256
@@ -415,9 +417,9 @@ class ProcessTransport(_QueueTransport):
     A feeder thread does the pipe writes, so a slow store never blocks the search.
     """
 
-    def __init__(self, uri: str, experiment: str):
+    def __init__(self, uri: str, experiment: str, after_go: bool = False):
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mneme.track.writer", uri, experiment],
+            [sys.executable, "-m", "mneme.track.writer", uri, experiment] + ([GO_FLAG] if after_go else []),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
         )
         self.inbox = queue.Queue()
@@ -467,17 +469,26 @@ class WriterPool:
 
     def __init__(self, uri: str, experiment: str, writers: int):
         self.uri, self.experiment, self.writers = uri, experiment, max(1, writers)
+        # all start now (importing MLflow takes each a few seconds); the others open the store only after the
+        # first has created (or migrated) it, when it says go
         self.members = [ProcessTransport(uri, experiment)]
+        self.members += [ProcessTransport(uri, experiment, after_go=True) for _ in range(self.writers - 1)]
         self.route: Dict[str, int] = {}
         self.ids: Dict[str, str] = {}
         self._turn = 0
 
     def await_ready(self, timeout: float) -> None:
-        # the first writer creates (or migrates) the store alone; the others start on a ready one
-        self.members[0].await_ready(timeout)
-        self.members += [ProcessTransport(self.uri, self.experiment) for _ in range(self.writers - 1)]
-        for m in self.members[1:]:
-            m.await_ready(timeout)
+        try:
+            self.members[0].await_ready(timeout)
+            for m in self.members[1:]:
+                m.send(("go",))
+            for m in self.members[1:]:
+                m.await_ready(timeout)
+        except BaseException:
+            for m in self.members:
+                if m.alive():
+                    m.process.kill()
+            raise
         self.experiment_id = self.members[0].experiment_id
 
     def _member_for(self, key: str) -> int:
@@ -571,7 +582,8 @@ def _fast_sqlite() -> None:
 
 def _main(argv: List[str]) -> int:
     """Child side of ProcessTransport: pickles in on stdin, pickles out on the original stdout."""
-    uri, experiment = argv
+    after_go = GO_FLAG in argv
+    uri, experiment = [a for a in argv if a != GO_FLAG]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if uri.startswith("sqlite:"):
         _fast_sqlite()
@@ -579,6 +591,16 @@ def _main(argv: List[str]) -> int:
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever MLflow prints must not corrupt the protocol
     sys.stdout = sys.stderr
+    if after_go:
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - the slow part of starting, done while waiting
+        import mlflow.tracking  # noqa: F401
+
+        try:
+            go = pickle.load(proto_in)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            return 0  # the search gave up before the store was ready
+        if go != ("go",):
+            return 2
 
     inbox: "queue.Queue" = queue.Queue()
 
