@@ -114,7 +114,7 @@ def _page_cache_journal():
     its journal for all files at once): a plain `dd` beside an untracked 1000-trial study on the H200 slowed its
     search by 30-50 %. Without it a crashed or killed process loses nothing (the page cache has the lines); only a
     crash of the OS can lose the last trials, which --resume runs again. The SQLite storages make the same choice
-    (the study's: WAL with synchronous=NORMAL; MLflow's: synchronous=OFF)."""
+    (the study's and MLflow's: WAL with synchronous=NORMAL)."""
     from optuna.storages.journal import JournalFileBackend
 
     class PageCacheJournal(JournalFileBackend):
