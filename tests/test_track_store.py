@@ -197,3 +197,16 @@ def test_writers_start_together_and_none_is_left_when_the_store_is_unusable(tmp_
     while _writer_processes(uri) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _writer_processes(uri) == []
+
+
+def test_a_file_that_is_not_a_database_is_refused_at_once(tmp_path):
+    """MLflow itself would retry such a store for about 100 s; the check names the file and the fix."""
+    bad = tmp_path / "mlflow.db"
+    bad.write_bytes(b"half of a copied file" * 200)
+    t = time.monotonic()
+    with pytest.raises(ConfigurationError, match="not a usable SQLite database.*move it away"):
+        Tracker(f"sqlite:///{bad}", EXP).open()
+    assert time.monotonic() - t < 5
+    good = f"sqlite:///{tmp_path}/real.db"
+    Tracker(good, EXP).open().close()  # a real store, created and then checked again: accepted
+    check_store(good)

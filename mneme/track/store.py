@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Optional
@@ -78,3 +79,25 @@ def check_store(uri: str, timeout: float = 5.0) -> None:
             f"MLflow store {uri} is not writable; set tracking.uri or MLFLOW_TRACKING_URI to a writable place, "
             f"{_OFF_HINT}"
         )
+    if uri.startswith("sqlite:") and path.is_file() and path.stat().st_size > 0:
+        _check_sqlite_file(uri, path)
+
+
+def _check_sqlite_file(uri: str, path: Path) -> None:
+    """A file that is not an SQLite database (a half-copied or overwritten mlflow.db): MLflow would retry
+    connecting to it for about 100 s before giving up."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=1.0)
+        try:
+            conn.execute("PRAGMA schema_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            return  # in use by another process: a database after all
+        raise ConfigurationError(
+            f"MLflow store {uri}: {path} is not a usable SQLite database ({e}); move it away (MLflow then "
+            f"creates a new one there) or set tracking.uri / MLFLOW_TRACKING_URI to another store, {_OFF_HINT}"
+        ) from None
