@@ -75,8 +75,7 @@ def children(client, parent, rows: Optional[List[Dict[str, Any]]], session: str 
     if rows is None:
         return runs.frame(runs.search(client, [parent.info.experiment_id], where))
     others = runs.search(client, [parent.info.experiment_id], f"{where} and tags.`mneme.tracker` != '{session}'")
-    mine = {r.get("run_id") for r in rows}
-    parts = [f for f in (runs.frame([r for r in others if r.info.run_id not in mine]), pd.DataFrame(rows)) if not f.empty]
+    parts = [f for f in (runs.frame(others), pd.DataFrame(rows)) if not f.empty]
     df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if not df.empty and "tags.mneme.trial" in df:
         df = df.sort_values("tags.mneme.trial", key=lambda c: pd.to_numeric(c, errors="coerce"), kind="stable")
