@@ -25,6 +25,7 @@ and queued again.
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import os
@@ -107,6 +108,7 @@ def with_available_driver(url: str) -> str:
     return url
 
 
+@functools.lru_cache(maxsize=None)
 def _page_cache_journal():
     """Optuna's journal file backend without its fsync after every write.
 
