@@ -269,3 +269,50 @@ def test_a_metric_name_seen_before_is_still_refused_a_value_mlflow_refuses(tmp_p
     assert len(w.errors) == 1 and w.errors[0].startswith("run b:") and "fast" in w.errors[0]
     runs = {r.info.run_name: r for r in MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_runs([w.experiment_id])}
     assert runs["a"].data.metrics == {"m": 2.0} and runs["c"].data.metrics == {"m": 3.0}
+
+
+def test_writers_of_one_sqlite_store_take_turns_through_one_lock_file(tmp_path):
+    """CommitLock: another process waits while one holds it, and gets it the moment it is let go."""
+    import subprocess
+    import sys
+    import time
+
+    from mneme.track.bulk import CommitLock
+
+    db = tmp_path / "mlflow.db"
+    lock = CommitLock(str(db))
+    assert CommitLock(str(tmp_path / "." / "mlflow.db")).path == lock.path != CommitLock(str(tmp_path / "other.db")).path
+    code = ("import sys, time; from mneme.track.bulk import CommitLock; lock = CommitLock(sys.argv[1]); t = time.monotonic()\n"
+            "with lock: print(round(time.monotonic() - t, 3))")
+    with lock:
+        child = subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        assert child.poll() is None  # still waiting for the lock
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 0 and float(out) >= 0.5
+
+
+def test_writer_connections_get_the_fast_sqlite_settings_and_report_where_time_went(tmp_path):
+    """The writer process's SQLite settings (WAL, no fsync per commit, rare checkpoints, a large cache) are in
+    force on MLflow's own connections; the report says how the writer spent its time."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from mneme.track.writer import _fast_sqlite, Writer, SQLITE_PRAGMAS; _fast_sqlite()\n"
+        "from mneme.track.records import RunRecord\n"
+        "w = Writer(sys.argv[1], 'fast', bulk=True)\n"
+        "w.handle_many([('run', f'r{i}', RunRecord(f'r{i}', {'p': '1'}, {}, [('m', 1.0, 0)]), None) for i in range(3)])\n"
+        "store = w.client._client._tracking_client.store\n"
+        "with store.ManagedSessionMaker() as s:\n"
+        "    c = s.connection()\n"
+        "    got = [c.exec_driver_sql(f'PRAGMA {p.split(\"=\")[0]}').scalar() for p in SQLITE_PRAGMAS]\n"
+        "print(got); print(w.report()['timing'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, f"sqlite:///{tmp_path}/mlflow.db"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    pragmas, timing = [eval(line) for line in out.stdout.splitlines()[-2:]]
+    assert pragmas == ["wal", 1, 65536, -65536]  # synchronous NORMAL is 1
+    (t,) = timing
+    assert t["batches"] == 1 and t["batched_runs"] == 3 and t["busy_s"] >= t["insert_s"] > 0 and "commit_lock_wait_s" in t

@@ -142,5 +142,6 @@ class MlflowTuneHook:
         t1 = time.perf_counter()
         report = self.tracker.close(status)
         summary["tracking"].update(close_s=time.perf_counter() - t1, runs_written=report.get("done"),
-                                   errors=len(report.get("errors", [])), **self.tracker.stats())
+                                   errors=len(report.get("errors", [])), writer_timing=report.get("timing", []),
+                                   **self.tracker.stats())
 

@@ -34,6 +34,8 @@ METRICS_PER_BATCH = 1000
 POLL_S = 0.5
 #: a writer process started with this flag waits for ("go",) on its input before it opens the store
 GO_FLAG = "--after-go"
+#: a directory: each writer process leaves a cProfile of its work there (`python -m pstats FILE`)
+PROFILE_ENV = "MNEME_TRACK_PROFILE"
 #: messages that make a new, finished run: the writer takes all of them waiting, up to this many, at once
 BATCHED = ("run", "experiment")
 MAX_BATCH = 256
@@ -93,6 +95,8 @@ class Writer:
             self.bulk, self.path = BulkRuns.open(self.client._client, self.experiment_id)
         #: batches the store refused as a whole and that were written again run by run
         self.bulk_retries = 0
+        #: where the writer's time went (seconds; in the report, so a writer that falls behind says why)
+        self.timing = {"busy_s": 0.0, "prepare_s": 0.0, "write_s": 0.0, "batches": 0, "batched_runs": 0}
 
     # -- messages ------------------------------------------------------------------------------
     def handle(self, msg: Tuple[Any, ...]) -> Any:
@@ -109,20 +113,26 @@ class Writer:
 
     def handle_many(self, msgs: List[Tuple[Any, ...]]) -> None:
         """Messages in order; consecutive new finished runs are written together."""
-        if self.bulk is None or not self.bulk.usable_now():
+        t0 = time.perf_counter()
+        try:
+            if self.bulk is None or not self.bulk.usable_now():
+                for msg in msgs:
+                    self.handle(msg)
+                return
+            pending: List[Tuple[Tuple[Any, ...], PreparedRun]] = []
             for msg in msgs:
-                self.handle(msg)
-            return
-        pending: List[Tuple[Tuple[Any, ...], PreparedRun]] = []
-        for msg in msgs:
-            prepared = self._prepare(msg)
-            if prepared is None:
-                self._write(pending)
-                pending = []
-                self.handle(msg)
-            else:
-                pending.append((msg, prepared))
-        self._write(pending)
+                t = time.perf_counter()
+                prepared = self._prepare(msg)
+                self.timing["prepare_s"] += time.perf_counter() - t
+                if prepared is None:
+                    self._write(pending)
+                    pending = []
+                    self.handle(msg)
+                else:
+                    pending.append((msg, prepared))
+            self._write(pending)
+        finally:
+            self.timing["busy_s"] += time.perf_counter() - t0
 
     def _prepare(self, msg: Tuple[Any, ...]) -> Optional[PreparedRun]:
         """The rows of a new finished run, or None when the message needs MlflowClient's path."""
@@ -157,6 +167,7 @@ class Writer:
     def _write(self, pending: List[Tuple[Tuple[Any, ...], PreparedRun]]) -> None:
         if not pending:
             return
+        t = time.perf_counter()
         try:
             self.bulk.write([p for _, p in pending])
         except Exception:  # noqa: BLE001 - one bad run must not lose the others: write them one by one
@@ -168,7 +179,11 @@ class Writer:
             for msg, _ in pending:
                 self.handle(msg)
             return
+        finally:
+            self.timing["write_s"] += time.perf_counter() - t
         self.done += len(pending)
+        self.timing["batches"] += 1
+        self.timing["batched_runs"] += len(pending)
 
     def op_start(self, key: str, record: RunRecord, parent: Optional[str], resume: Optional[str]) -> str:
         if resume:
@@ -265,8 +280,16 @@ class Writer:
             self.handle(("end", key, status))
 
     def report(self) -> Dict[str, Any]:
+        from mneme.track.bulk import LOCK_WAIT
+
+        timing = {k: round(v, 4) if isinstance(v, float) else v for k, v in self.timing.items()}
+        timing["lock_sleep_s"] = round(LOCK_WAIT[0], 4)
+        if self.bulk is not None:
+            timing.update({k: round(v, 4) for k, v in self.bulk.seconds.items()})
+            if self.bulk.commit_lock is not None:
+                timing["commit_lock_wait_s"] = round(self.bulk.commit_lock.waited, 4)
         return {"errors": list(self.errors), "done": self.done, "experiment_id": self.experiment_id,
-                "path": self.path, "bulk_retries": self.bulk_retries}
+                "path": self.path, "bulk_retries": self.bulk_retries, "timing": [timing]}
 
 
 def serve(inbox: "queue.Queue", reply: Callable[[tuple], None], uri: str, experiment: str) -> None:
@@ -428,13 +451,20 @@ class ProcessTransport(_QueueTransport):
         threading.Thread(target=self._read, name="mneme-mlflow-read", daemon=True).start()
 
     def _feed(self) -> None:
+        """Sends every message waiting as one pickled list: one wake-up, one pickle call and one pipe write for
+        many trials, which the search process's other threads would otherwise pay for in GIL hand-offs."""
         pipe = self.process.stdin
         try:
             while True:
-                msg = self.inbox.get()
-                pickle.dump(msg, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                msgs = [self.inbox.get()]
+                while msgs[-1][0] != "close" and len(msgs) < MAX_BATCH:
+                    try:
+                        msgs.append(self.inbox.get_nowait())
+                    except queue.Empty:
+                        break
+                pickle.dump(msgs, pipe, protocol=pickle.HIGHEST_PROTOCOL)
                 pipe.flush()
-                if msg[0] == "close":
+                if msgs[-1][0] == "close":
                     pipe.close()
                     return
         except (BrokenPipeError, OSError, ValueError):
@@ -514,7 +544,8 @@ class WriterPool:
         return {"errors": [e for r in reports for e in r.get("errors", [])], "done": sum(r.get("done", 0) for r in reports),
                 "experiment_id": next((r["experiment_id"] for r in reports if r.get("experiment_id")), ""),
                 "path": ", ".join(sorted({r["path"] for r in reports if r.get("path")})),
-                "bulk_retries": sum(r.get("bulk_retries", 0) for r in reports)}
+                "bulk_retries": sum(r.get("bulk_retries", 0) for r in reports),
+                "timing": [t for r in reports for t in r.get("timing", [])]}
 
     def request(self, msg: Tuple[Any, ...], timeout: Optional[float] = None) -> Tuple[Any, Dict[str, Any]]:
         if msg and msg[0] == "ids":
@@ -550,8 +581,9 @@ def auto_writers(uri: str = "") -> int:
     On a SQL store one writer logs several hundred trials per second (bulk.py); through MlflowClient
     (a tracking server) about 25-30, so there a search at 100 configurations per second needs several.
     SQLite takes one writer at a time: a second one overlaps its Python work with the other's commit
-    (1000 runs on 2 cores: 560/s with one, 900/s with two), more only wait on the lock (490/s with eight on
-    2 cores; on the 16-core H200 host, 1000 tune trials: two writers kept 0.57 of the untracked rate, four 0.45)."""
+    (1000 runs on 2 cores: 560/s with one, 900/s with two), more only wait on the lock (bulk.CommitLock). On the
+    16-core H200 host the inserts alone cost about 1 ms per run; over 3 pairs of 1000-trial tune runs two
+    writers kept 0.95 of the untracked rate, three 0.94, four 0.78."""
     env = os.environ.get("MNEME_TRACK_WRITERS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
@@ -563,10 +595,14 @@ TRANSPORTS = {"process": ProcessTransport, "thread": ThreadTransport, "inline": 
 
 
 def _fast_sqlite() -> None:
-    """WAL journal and no fsync per commit for this process's SQLite connections (the MLflow store's).
+    """This process's SQLite connections (the MLflow store's): WAL journal, no fsync per commit, checkpoints
+    only once the log holds 256 MiB, a 64 MiB page cache.
 
-    A tracking store survives a crash of any process this way; only an OS crash may lose the last
-    runs. Per-commit fsyncs otherwise make the writer fall behind a fast search.
+    A tracking store survives a crash of any process this way; only an OS crash may lose the last runs.
+    Per-commit fsyncs otherwise make the writer fall behind a fast search. So would SQLite's default checkpoint
+    every 4 MiB of log: it runs inside a commit, holding the write lock through two fsyncs (24 ms per 100 runs on
+    the dev machine; on the H200 host such flushes also stall the search's own file writes). A sweep of a few
+    thousand trials then checkpoints when the last connection closes, after the writer has said it is done.
     """
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
@@ -575,9 +611,13 @@ def _fast_sqlite() -> None:
     def _pragmas(dbapi_connection, _record):
         if type(dbapi_connection).__module__.startswith("sqlite3"):
             cur = dbapi_connection.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
+            for pragma in SQLITE_PRAGMAS:
+                cur.execute(f"PRAGMA {pragma}")
             cur.close()
+
+
+#: see _fast_sqlite
+SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "wal_autocheckpoint=65536", "cache_size=-65536")
 
 
 def _main(argv: List[str]) -> int:
@@ -591,24 +631,27 @@ def _main(argv: List[str]) -> int:
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever MLflow prints must not corrupt the protocol
     sys.stdout = sys.stderr
+    inbox: "queue.Queue" = queue.Queue()
     if after_go:
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - the slow part of starting, done while waiting
         import mlflow.tracking  # noqa: F401
 
         try:
-            go = pickle.load(proto_in)
+            first = pickle.load(proto_in)
         except (EOFError, OSError, pickle.UnpicklingError):
             return 0  # the search gave up before the store was ready
-        if go != ("go",):
+        if not first or first[0] != ("go",):
             return 2
-
-    inbox: "queue.Queue" = queue.Queue()
+        for msg in first[1:]:
+            inbox.put(msg)
 
     def read() -> None:
-        """Unpickles ahead of the writer, so that it sees every message already sent and can batch them."""
+        """Unpickles ahead of the writer, so that it sees every message already sent and can batch them
+        (they come as lists: see ProcessTransport._feed)."""
         while True:
             try:
-                inbox.put(pickle.load(proto_in))
+                for msg in pickle.load(proto_in):
+                    inbox.put(msg)
             except Exception as e:  # noqa: BLE001 - whatever stops the reading, the writer must end its runs
                 if not isinstance(e, (EOFError, OSError, pickle.UnpicklingError)):
                     traceback.print_exc()
@@ -621,7 +664,16 @@ def _main(argv: List[str]) -> int:
 
     threading.Thread(target=read, name="mneme-mlflow-read", daemon=True).start()
     threading.Thread(target=_warm_plots, name="mneme-plots-import", daemon=True).start()
-    serve(inbox, reply, uri, experiment)
+    profile_dir = os.environ.get(PROFILE_ENV, "").strip()
+    if profile_dir:
+        import cProfile
+
+        with cProfile.Profile() as prof:
+            serve(inbox, reply, uri, experiment)
+        os.makedirs(profile_dir, exist_ok=True)
+        prof.dump_stats(os.path.join(profile_dir, f"mneme-writer-{os.getpid()}.prof"))
+    else:
+        serve(inbox, reply, uri, experiment)
     _quick_exit()
     return 0
 
