@@ -87,6 +87,11 @@ def test_experiment_record_carries_identity_error_and_reproducible_files():
     assert again.artifacts["config.yaml"] == rec.artifacts["config.yaml"] != other.artifacts["config.yaml"]
     assert yaml.safe_load(other.artifacts["config.yaml"])["replay"]["block"]["x"] == 128
     assert list(yaml.safe_load(rec.artifacts["config.yaml"])["replay"]) == list(cfg.to_dict())  # field order kept
+    # result.json: one top-level key per line, read back whole
+    lines = rec.artifacts["result.json"].splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and [ln.split('"')[1] for ln in lines[1:-1]] == \
+        ["configuration", "settings", "result", "speedup", "kernel", "static_hash", "dynamic_hash"]
+    assert json.loads(rec.artifacts["result.json"])["configuration"] == cfg.to_dict()
 
 
 def test_best_config_round_trips_from_params():

@@ -307,6 +307,13 @@ def _config_yaml(doc: str) -> str:
     return yaml.dump(json.loads(doc), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
 
 
+def _json_by_key(doc: Mapping[str, Any]) -> str:
+    """A JSON object with one top-level key per line. json's C encoder writes each value: with `indent` it falls
+    back to the pure-Python one, 0.2 ms per run in a writer."""
+    items = (f"  {json.dumps(str(k))}: {json.dumps(v, default=str)}" for k, v in doc.items())
+    return "{\n" + ",\n".join(items) + "\n}\n"
+
+
 def experiment_record(
     name: str,
     config: ExperimentConfiguration,
@@ -348,7 +355,7 @@ def experiment_record(
     if compile_cache and result.code_hash and not files:
         files.update(_cached_kernel_files(compile_cache, result.code_hash))
     files["config.yaml"] = config_yaml
-    files["result.json"] = json.dumps(body, indent=2, default=str) + "\n"
+    files["result.json"] = _json_by_key(body)
     all_tags = environment_tags()
     all_tags.update(result_tags(result, config, kernel=kernel, static_hash=static_hash, dynamic_hash=dynamic_hash))
     all_tags["mneme.role"] = role
