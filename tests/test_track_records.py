@@ -136,3 +136,24 @@ def test_kernel_files_come_from_the_compile_cache_and_a_late_entry_is_found(buil
         rec = records.experiment_record(name, cfg, None, result, compile_cache=str(cache_dir))
         assert rec.artifacts["kernel.ptx"] == ck.ptx and rec.artifacts["kernel.ll"] == ck.ll
         assert rec.artifacts["kernel.cubin"] == ck.cubin.cubin
+
+
+def test_a_repeated_experiment_reuses_its_content_but_keeps_its_own_name_and_tags():
+    """A re-suggested configuration answered with the first result: the second run is built from the first one's
+    content (the writer's cost per such run), with its own name, role and trial tags; other inputs build anew."""
+    cfg, res = ExperimentConfiguration(block=dim3(96)), _result(exec_time=[900, 905, 910])
+    first = records.experiment_record("trial-1", cfg, MeasurementSettings(), res, baseline_ns=1000.0, tags={"mneme.trial": 1})
+    kept = len(records._CONTENT)
+    again = records.experiment_record("trial-2", ExperimentConfiguration(block=dim3(96)), MeasurementSettings(),
+                                      ExperimentResult.from_dict(res.to_dict()), baseline_ns=1000.0, role="dup",
+                                      tags={"mneme.trial": 2, "mneme.duplicate_of": 1})
+    assert len(records._CONTENT) == kept  # found, not added
+    assert again.name == "trial-2" and again.tags["mneme.trial"] == "2" and again.tags["mneme.role"] == "dup"
+    assert first.tags["mneme.trial"] == "1" and "mneme.duplicate_of" not in first.tags
+    assert again.params == first.params and again.metrics == first.metrics and again.artifacts == first.artifacts
+    again.params["replay.block.x"] = "changed"
+    again.metrics.append(("x", 1.0, 0))
+    assert first.params["replay.block.x"] == "96" and ("x", 1.0, 0) not in first.metrics  # copies, not shared
+    other = records.experiment_record("trial-3", cfg, MeasurementSettings(), res, baseline_ns=2000.0)
+    assert len(records._CONTENT) == kept + 1
+    assert dict((k, v) for k, v, _ in other.metrics)["speedup"] != dict((k, v) for k, v, _ in first.metrics)["speedup"]

@@ -35,6 +35,8 @@ SPECIAL_TAGS = ("mlflow.runName",)
 TERMINAL = (FINISHED, FAILED, KILLED)
 #: artifacts at least this large are written once per content and hard-linked after that
 LINK_MIN_BYTES = 4096
+#: params remembered as valid, at most (a study has few distinct values per key)
+PARAMS_SEEN_KEPT = 100_000
 #: how often a transaction refused by SQLite's lock is repeated (a refused transaction changed nothing)
 LOCK_ATTEMPTS = 40
 
@@ -132,6 +134,8 @@ class BulkRuns:
         self._is_numeric = validation._is_numeric
         #: metric names MLflow's validator accepted; checking a name again is most of what validating costs
         self._metric_names: set = set()
+        #: (key, value) params the validator accepted as they are: a study's trials repeat most of them
+        self._params_seen: set = set()
         self._to_float = convert_metric_value_to_float_if_possible
         self._append = append_to_uri_path
         self._source_type = SourceType.to_string(SourceType.UNKNOWN)
@@ -198,8 +202,13 @@ class BulkRuns:
         out = PreparedRun(run_id, run, files=files)
         out.tags = [{"key": k, "value": v, "run_uuid": run_id} for k, v in tags.items()]
         for k, v in record.params.items():
-            p = self._validate_param(k, str(v))  # MlflowClient.log_batch stringifies param values
-            out.params.append({"key": p.key, "value": p.value, "run_uuid": run_id})
+            v = str(v)  # MlflowClient.log_batch stringifies param values
+            if (k, v) not in self._params_seen:
+                p = self._validate_param(k, v)
+                k, v = p.key, p.value
+                if len(self._params_seen) < PARAMS_SEEN_KEPT:
+                    self._params_seen.add((k, v))
+            out.params.append({"key": k, "value": v, "run_uuid": run_id})
         seen = set()
         for k, v, step in record.metrics:
             v = self._to_float(v)

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import math
+import pickle
 import shutil
 import statistics
 import subprocess
@@ -314,6 +315,13 @@ def _json_by_key(doc: Mapping[str, Any]) -> str:
     return "{\n" + ",\n".join(items) + "\n}\n"
 
 
+#: what decides the run of an experiment apart from its name and per-trial tags, by a pickle of its inputs, for
+#: recent experiments: a sampler re-suggests configurations, and mneme answers those from the study with the
+#: first one's result, so most runs of a long study repeat an earlier run's content
+_CONTENT: "OrderedDict[bytes, Tuple[Dict[str, str], Dict[str, str], List[Metric], Dict[str, Artifact], str]]" = OrderedDict()
+CONTENT_KEPT = 256
+
+
 def experiment_record(
     name: str,
     config: ExperimentConfiguration,
@@ -338,6 +346,33 @@ def experiment_record(
     `config_yaml` is the composed Hydra config when there is one; otherwise the replay configuration
     and measurement settings are written, so every run can be reproduced from its artifacts.
     """
+    inputs = (config, settings, result, baseline_ns, metric, kernel, static_hash, dynamic_hash, artifacts, compile_cache,
+              config_yaml)
+    try:
+        key = pickle.dumps(inputs, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - an artifact that does not pickle: build the run without the cache
+        key = b""
+    content = _CONTENT.get(key) if key else None
+    if content is None:
+        content, complete = _experiment_content(*inputs)
+        if key and complete:
+            _CONTENT[key] = content
+            while len(_CONTENT) > CONTENT_KEPT:
+                _CONTENT.popitem(last=False)
+    else:
+        _CONTENT.move_to_end(key)
+    params, base_tags, metrics, files, status = content
+    all_tags = dict(base_tags)
+    all_tags["mneme.role"] = role
+    all_tags.update(tags_text(tags or {}))
+    return RunRecord(name=name, params=dict(params), tags=all_tags, metrics=list(metrics), artifacts=dict(files),
+                     status=status)
+
+
+def _experiment_content(config, settings, result, baseline_ns, metric, kernel, static_hash, dynamic_hash, artifacts,
+                        compile_cache, config_yaml):
+    """(params, tags, metrics, files, status) of experiment_record, and whether it may be kept (not when the compile
+    cache did not have the kernel yet: it may be written later)."""
     config_d = config.to_dict()
     settings_d = settings.to_dict() if settings is not None else None
     if config_yaml is None:
@@ -352,19 +387,13 @@ def experiment_record(
         "dynamic_hash": dynamic_hash,
     }
     files: Dict[str, Artifact] = dict(artifacts or {})
+    complete = True
     if compile_cache and result.code_hash and not files:
         files.update(_cached_kernel_files(compile_cache, result.code_hash))
+        complete = bool(files)
     files["config.yaml"] = config_yaml
     files["result.json"] = _json_by_key(body)
-    all_tags = environment_tags()
-    all_tags.update(result_tags(result, config, kernel=kernel, static_hash=static_hash, dynamic_hash=dynamic_hash))
-    all_tags["mneme.role"] = role
-    all_tags.update(tags_text(tags or {}))
-    return RunRecord(
-        name=name,
-        params=_params(config_d, settings_d),
-        tags=all_tags,
-        metrics=result_metrics(result, baseline_ns, metric),
-        artifacts=files,
-        status=run_status(result),
-    )
+    tags = environment_tags()
+    tags.update(result_tags(result, config, kernel=kernel, static_hash=static_hash, dynamic_hash=dynamic_hash))
+    content = (_params(config_d, settings_d), tags, result_metrics(result, baseline_ns, metric), files, run_status(result))
+    return content, complete
