@@ -39,6 +39,8 @@ PROFILE_ENV = "MNEME_TRACK_PROFILE"
 #: messages that make a new, finished run: the writer takes all of them waiting, up to this many, at once
 BATCHED = ("run", "experiment")
 MAX_BATCH = 256
+#: a process transport's feeder, woken by a new run, waits this long for more before it sends (seconds)
+FEED_GATHER_S = float(os.environ.get("MNEME_TRACK_GATHER_S", "0.05"))
 
 
 class _Retrying:
@@ -457,6 +459,8 @@ class ProcessTransport(_QueueTransport):
         try:
             while True:
                 msgs = [self.inbox.get()]
+                if msgs[0][0] in BATCHED:
+                    time.sleep(FEED_GATHER_S)  # let the trials that follow join this one
                 while msgs[-1][0] != "close" and len(msgs) < MAX_BATCH:
                     try:
                         msgs.append(self.inbox.get_nowait())
