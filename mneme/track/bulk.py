@@ -17,6 +17,7 @@ them is missing or the store is not a SQL database, and the writer then keeps to
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import numbers
@@ -235,11 +236,8 @@ class BulkRuns:
             for r in runs:
                 self._files(r)
             t1 = time.perf_counter()
-            if self.commit_lock is None:
+            with self.commit_lock or contextlib.nullcontext():
                 retry_while_locked(self._insert, runs)
-            else:
-                with self.commit_lock:
-                    retry_while_locked(self._insert, runs)
             self.seconds["files_s"] += t1 - t0
             self.seconds["insert_s"] += time.perf_counter() - t1
         except BaseException:

@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from mneme.track.bulk import BulkRuns, PreparedRun, retry_while_locked
+from mneme.track.bulk import LOCK_WAIT, BulkRuns, PreparedRun, retry_while_locked
 from mneme.track.records import FAILED, KILLED, RUNNING, RunRecord, experiment_record, latest, staged
 
 #: MLflow's per-call limits on log_batch.
@@ -97,8 +97,9 @@ class Writer:
             self.bulk, self.path = BulkRuns.open(self.client._client, self.experiment_id)
         #: batches the store refused as a whole and that were written again run by run
         self.bulk_retries = 0
-        #: where the writer's time went (seconds; in the report, so a writer that falls behind says why)
-        self.timing = {"busy_s": 0.0, "prepare_s": 0.0, "write_s": 0.0, "batches": 0, "batched_runs": 0}
+        #: where the writer's time went (seconds; in the report, so a writer that falls behind says why; the bulk
+        #: path's files and inserts are in BulkRuns.seconds)
+        self.timing = {"busy_s": 0.0, "prepare_s": 0.0, "batches": 0, "batched_runs": 0}
 
     # -- messages ------------------------------------------------------------------------------
     def handle(self, msg: Tuple[Any, ...]) -> Any:
@@ -169,7 +170,6 @@ class Writer:
     def _write(self, pending: List[Tuple[Tuple[Any, ...], PreparedRun]]) -> None:
         if not pending:
             return
-        t = time.perf_counter()
         try:
             self.bulk.write([p for _, p in pending])
         except Exception:  # noqa: BLE001 - one bad run must not lose the others: write them one by one
@@ -181,8 +181,6 @@ class Writer:
             for msg, _ in pending:
                 self.handle(msg)
             return
-        finally:
-            self.timing["write_s"] += time.perf_counter() - t
         self.done += len(pending)
         self.timing["batches"] += 1
         self.timing["batched_runs"] += len(pending)
@@ -282,8 +280,6 @@ class Writer:
             self.handle(("end", key, status))
 
     def report(self) -> Dict[str, Any]:
-        from mneme.track.bulk import LOCK_WAIT
-
         timing = {k: round(v, 4) if isinstance(v, float) else v for k, v in self.timing.items()}
         timing["lock_sleep_s"] = round(LOCK_WAIT[0], 4)
         if self.bulk is not None:
@@ -591,8 +587,9 @@ def auto_writers(uri: str = "") -> int:
     env = os.environ.get("MNEME_TRACK_WRITERS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    per_cpus = max(1, min(8, (os.cpu_count() or 1) // 2))
-    return 2 if uri.startswith("sqlite:") else per_cpus
+    if uri.startswith("sqlite:"):
+        return 2
+    return max(1, min(8, (os.cpu_count() or 1) // 2))
 
 
 TRANSPORTS = {"process": ProcessTransport, "thread": ThreadTransport, "inline": InlineTransport}
