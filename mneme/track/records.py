@@ -275,26 +275,42 @@ def tags_text(tags: Mapping[str, Any]) -> Dict[str, str]:
     return {str(k): _text(v, MAX_TAG_LEN) for k, v in tags.items() if v is not None}
 
 
+class _Recent(OrderedDict):
+    """The `limit` most recently used entries of a cache whose misses are not all worth keeping (so not
+    functools.lru_cache: an incomplete answer may be complete on the next call)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def recall(self, key: Any) -> Any:
+        """The entry of `key` (now the most recent), or None."""
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def keep(self, key: Any, value: Any) -> None:
+        self[key] = value
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+
 #: the kernel files of recent (compile cache, code hash) pairs: a study's trials share few code hashes
-_KERNEL_FILES: "OrderedDict[Tuple[str, str], Dict[str, Artifact]]" = OrderedDict()
-KERNEL_FILES_KEPT = 64
+_KERNEL_FILES = _Recent(64)
 
 
 def _cached_kernel_files(cache_dir: str, code_hash: str) -> Dict[str, Artifact]:
     """kernel_artifacts of a compile-cache entry, read once while it is recent (an entry never changes: its
     name is the hash of its code). A missing entry is not remembered: it may be written later."""
     key = (str(cache_dir), code_hash)
-    files = _KERNEL_FILES.get(key)
-    if files is not None:
-        _KERNEL_FILES.move_to_end(key)
-        return dict(files)
-    from mneme.ir.compile import CompileCache
+    files = _KERNEL_FILES.recall(key)
+    if files is None:
+        from mneme.ir.compile import CompileCache
 
-    files = kernel_artifacts(CompileCache(cache_dir).get(code_hash))
-    if files:
-        _KERNEL_FILES[key] = files
-        while len(_KERNEL_FILES) > KERNEL_FILES_KEPT:
-            _KERNEL_FILES.popitem(last=False)
+        files = kernel_artifacts(CompileCache(cache_dir).get(code_hash))
+        if files:
+            _KERNEL_FILES.keep(key, files)
     return dict(files)
 
 
@@ -318,8 +334,7 @@ def _json_by_key(doc: Mapping[str, Any]) -> str:
 #: what decides the run of an experiment apart from its name and per-trial tags, by a pickle of its inputs, for
 #: recent experiments: a sampler re-suggests configurations, and mneme answers those from the study with the
 #: first one's result, so most runs of a long study repeat an earlier run's content
-_CONTENT: "OrderedDict[bytes, Tuple[Dict[str, str], Dict[str, str], List[Metric], Dict[str, Artifact], str]]" = OrderedDict()
-CONTENT_KEPT = 256
+_CONTENT = _Recent(256)
 
 
 def experiment_record(
@@ -352,15 +367,11 @@ def experiment_record(
         key = pickle.dumps(inputs, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - an artifact that does not pickle: build the run without the cache
         key = b""
-    content = _CONTENT.get(key) if key else None
+    content = _CONTENT.recall(key) if key else None
     if content is None:
         content, complete = _experiment_content(*inputs)
         if key and complete:
-            _CONTENT[key] = content
-            while len(_CONTENT) > CONTENT_KEPT:
-                _CONTENT.popitem(last=False)
-    else:
-        _CONTENT.move_to_end(key)
+            _CONTENT.keep(key, content)
     params, base_tags, metrics, files, status = content
     all_tags = dict(base_tags)
     all_tags["mneme.role"] = role
@@ -376,10 +387,10 @@ def _experiment_content(config, settings, result, baseline_ns, metric, kernel, s
     config_d = config.to_dict()
     settings_d = settings.to_dict() if settings is not None else None
     if config_yaml is None:
-        config_yaml = _config_yaml(json.dumps({"replay": config_d, "measure": settings_d if settings else {}}))
+        config_yaml = _config_yaml(json.dumps({"replay": config_d, "measure": settings_d or {}}))
     body = {
         "configuration": config_d,
-        "settings": settings_d if settings else None,
+        "settings": settings_d,
         "result": result.to_dict(),
         "speedup": speedup(baseline_ns, result, metric),
         "kernel": kernel,
