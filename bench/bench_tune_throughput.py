@@ -144,18 +144,18 @@ def wait_for_writers(limit_s: float = 60.0) -> None:
     """Until no MLflow writer process of an earlier row is left: a writer folds its store's log back into the
     database after `mneme tune` has returned, and that disk work must not land on the next row."""
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        alive = False
-        for proc in Path("/proc").iterdir():
-            try:
-                alive = proc.name.isdigit() and b"mneme.track.writer" in (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if alive:
-                break
-        if not alive:
-            return
+    while _writer_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _writer_alive() -> bool:
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"mneme.track.writer" in (proc / "cmdline").read_bytes():
+                return True
+        except OSError:  # the process ended meanwhile
+            continue
+    return False
 
 
 def median_row(rows: list, mode: str, preset: str = ""):
