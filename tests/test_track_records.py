@@ -141,6 +141,7 @@ def test_kernel_files_come_from_the_compile_cache_and_a_late_entry_is_found(buil
 def test_a_repeated_experiment_reuses_its_content_but_keeps_its_own_name_and_tags():
     """A re-suggested configuration answered with the first result: the second run is built from the first one's
     content (the writer's cost per such run), with its own name, role and trial tags; other inputs build anew."""
+    records._CONTENT.clear()  # the cache is per process: other tests' runs must not fill or evict it here
     cfg, res = ExperimentConfiguration(block=dim3(96)), _result(exec_time=[900, 905, 910])
     first = records.experiment_record("trial-1", cfg, MeasurementSettings(), res, baseline_ns=1000.0, tags={"mneme.trial": 1})
     kept = len(records._CONTENT)
