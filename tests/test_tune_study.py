@@ -19,7 +19,7 @@ import yaml
 
 from mneme.errors import ConfigurationError
 from mneme.tune import study as st
-from mneme.tune.options import EXIT_ALL_FAILED, EXIT_BASELINE_FAILED, EXIT_OK, TuneOptions
+from mneme.tune.options import EXIT_ALL_FAILED, EXIT_BASELINE_FAILED, EXIT_INTERRUPTED, EXIT_OK, TuneOptions
 from mneme.tune.report import write_results
 from mneme.tune.tuner import Tuner
 
@@ -407,3 +407,25 @@ def test_journal_storage_needs_no_fsync_per_write_and_optunas_own_backend_reads_
     assert synced == []  # Optuna's own backend fsyncs every write
     stock = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(path))))
     assert [t.params["x"] for t in stock.trials] == [t.params["x"] for t in study.trials] and len(stock.trials) == 6
+
+
+def test_ctrl_c_between_answer_and_tell_still_tells_the_trial(tmp_path, record, monkeypatch):
+    """SIGINT sent while a trial's answer is on its way to the storage: the trial is told, then the run stops."""
+    from mneme.tune.session import TrialSession
+
+    told = TrialSession._tell
+
+    def tell_after_ctrl_c(self, t, result, extra):
+        if t.number == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return told(self, t, result, extra)
+
+    monkeypatch.setattr(TrialSession, "_tell", tell_after_ctrl_c)
+    storage = f"sqlite:///{tmp_path / 'tell.db'}"
+    outcome = Tuner(options(record, tmp_path / "o", storage=storage, study="s", compile_jobs=1,
+                            max_inflight=1)).run()
+    assert outcome.exit_code == EXIT_INTERRUPTED
+    trials = {t.number: t for t in trials_of(storage, "s")}
+    assert trials[2].state.name in ("COMPLETE", "FAIL") and st.T_RESULT in trials[2].user_attrs
+    assert not any(t.state.name == "RUNNING" for t in trials.values())
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the guard put the handler back

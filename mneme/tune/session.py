@@ -18,6 +18,7 @@ and hands the results to `answer`.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from mneme.config import ExperimentConfiguration, ExperimentResult
 from mneme.errors import ConfigurationError
 from mneme.tune import study as st
+from mneme.tune.interrupt import InterruptGuard
 from mneme.tune.objective import Objective
 from mneme.tune.samplers import Proposer, params_key
 from mneme.tune.space import MAX_REJECTIONS, SearchSpace
@@ -54,6 +56,17 @@ class Ticket:
 AnswerCallback = Callable[[Ticket, ExperimentResult, Optional[List[float]]], None]
 
 
+def _critical(method):
+    """Hold Ctrl-C until the method's storage writes are done (see mneme.tune.interrupt)."""
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        with self.guard.critical():
+            return method(self, *args, **kwargs)
+
+    return guarded
+
+
 class TrialSession:
     def __init__(
         self,
@@ -66,6 +79,7 @@ class TrialSession:
         stale_after: float = 120.0,
         sampler: Any = None,
         on_answer: Optional[AnswerCallback] = None,
+        guard: Optional[InterruptGuard] = None,
     ):
         self.study = study
         self.space = space
@@ -76,6 +90,7 @@ class TrialSession:
         self.stale_after = float(stale_after)
         self.sampler = sampler
         self.on_answer = on_answer
+        self.guard = guard or InterruptGuard()
         self.baseline_ns: Optional[float] = None
         self.pending: Dict[int, Ticket] = {}  # every unanswered ticket, by trial number
         self.remote: List[Ticket] = []  # copies of trials another process is running
@@ -102,6 +117,7 @@ class TrialSession:
         return self.trials - len((ledger or self.ledger()).counted)
 
     # -- asking -----------------------------------------------------------------------------------------
+    @_critical
     def ask(self, need: int) -> List[Ticket]:
         """Up to `need` new trials; returns those this process must run."""
         asked: List[Ticket] = []
@@ -176,6 +192,7 @@ class TrialSession:
         self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
 
     # -- answering --------------------------------------------------------------------------------------
+    @_critical
     def answer(self, t: Ticket, result: ExperimentResult, extra: Optional[Dict[str, Any]] = None) -> None:
         """Tell `result` for a ticket and for the copies waiting on it."""
         self.pending.pop(t.number, None)
@@ -210,6 +227,7 @@ class TrialSession:
         self.answer(t, ExperimentResult.from_dict(raw), {"duplicate_of": orig.number})
 
     # -- waiting on others ------------------------------------------------------------------------------
+    @_critical
     def poll(self) -> Tuple[List[Ticket], bool]:
         """(tickets to run now, whether the study is complete) while nothing runs in this process."""
         ledger = self.ledger()
@@ -232,6 +250,7 @@ class TrialSession:
         done = not run and not self.remote and not others and (self.exhausted or len(ledger.counted) >= self.trials)
         return run, done
 
+    @_critical
     def reap(self, ledger: Optional[st.Ledger] = None) -> None:
         """Fail the running trials of processes that stopped heartbeating and queue their parameters again."""
         from optuna.trial import TrialState

@@ -13,12 +13,13 @@ import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 from mneme.config import ExperimentConfiguration, ExperimentResult
 from mneme.errors import ConfigurationError, DeviceError, MnemeError
 from mneme.tune import study as st
 from mneme.tune.hooks import SafeHook
+from mneme.tune.interrupt import InterruptGuard
 from mneme.tune.objective import FAILURES, Objective, metric_ns, speedup, succeeded
 from mneme.tune.options import (
     EXIT_ALL_FAILED, EXIT_BASELINE_FAILED, EXIT_INTERRUPTED, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE, TuneOptions,
@@ -165,22 +166,20 @@ class Tuner:
             return self._finish(EXIT_NO_DEVICE, str(e))
         self.hook("on_start", {**self.plan(), "resumed": resumed, "directions": self.objective.directions,
                                "options": {**o.to_dict(), "storage": st.redacted(o.storage) if o.storage else None}})
+        self.guard = InterruptGuard()
         try:
-            t0 = time.perf_counter()
-            baseline_ok = self._measure_baseline(resumed)
-            self.timing = {"baseline_s": time.perf_counter() - t0}
-            if not baseline_ok:
-                errors = self.executor.worker_errors()
-                if errors and all(w["state"] == "broken" for w in self.executor.stats()["workers"] if w["role"] == "gpu"):
-                    code, message = EXIT_NO_DEVICE, "no GPU worker could start: " + "; ".join(errors)
-                else:
-                    code, message = EXIT_BASELINE_FAILED, "the baseline (recorded configuration) failed; nothing to tune against"
-            elif not o.baseline_only:
-                t1 = time.perf_counter()
-                self._search()
-                self._search_ended = time.perf_counter()
-                self.timing["search_s"] = self._search_ended - t1
-                self.hook("on_search_end", {"search_s": self.timing["search_s"], "trials": o.trials})
+            with self.guard.installed():
+                t0 = time.perf_counter()
+                baseline_ok = self._measure_baseline(resumed)
+                self.timing = {"baseline_s": time.perf_counter() - t0}
+                if not baseline_ok:
+                    code, message = self._baseline_failure()
+                elif not o.baseline_only:
+                    t1 = time.perf_counter()
+                    self._search()
+                    self._search_ended = time.perf_counter()
+                    self.timing["search_s"] = self._search_ended - t1
+                    self.hook("on_search_end", {"search_s": self.timing["search_s"], "trials": o.trials})
         except BaseException as e:  # interrupted, or a failure: stop the workers, give the trials back, say so
             self.executor.shutdown(wait=False, cancel_futures=True)
             self._abandon_pending()
@@ -195,6 +194,12 @@ class Tuner:
         if code == EXIT_OK and not o.baseline_only and o.trials > 0 and summary["trials"]["succeeded"] == 0:
             code, message = EXIT_ALL_FAILED, "every trial failed"
         return self._finish(code, message, summary)
+
+    def _baseline_failure(self) -> Tuple[int, str]:
+        errors = self.executor.worker_errors()
+        if errors and all(w["state"] == "broken" for w in self.executor.stats()["workers"] if w["role"] == "gpu"):
+            return EXIT_NO_DEVICE, "no GPU worker could start: " + "; ".join(errors)
+        return EXIT_BASELINE_FAILED, "the baseline (recorded configuration) failed; nothing to tune against"
 
     def _results(self) -> Dict[str, Any]:
         from mneme.tune.report import write_results
@@ -279,7 +284,7 @@ class Tuner:
         self.statuses: collections.Counter = collections.Counter()
         session = self.session = TrialSession(
             self.study, self.space, self.proposer, self.objective, o.trials, owner=self.owner,
-            stale_after=o.stale_after, sampler=self.sampler, on_answer=self._on_answer,
+            stale_after=o.stale_after, sampler=self.sampler, on_answer=self._on_answer, guard=self.guard,
         )
         session.baseline_ns = self.baseline_ns
         session.reap()
