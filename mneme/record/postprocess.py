@@ -10,7 +10,6 @@ replay cannot place; at least one recordable launch).
 from __future__ import annotations
 
 import datetime
-import fcntl
 import os
 import shutil
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from mneme.config import dim3
 from mneme.errors import MnemeError, RecordError
+from mneme.locks import FileLock
 from mneme.record.db import DEFAULT_VADDR, KernelInstance, RecordedExecution, median
 from mneme.record.hashing import dynamic_hash, static_hash_without_ir
 from mneme.record.kerneltable import IRIndex, KernelIR
@@ -85,17 +85,17 @@ class RecordOutcome:
 @contextmanager
 def db_lock(db_dir: Path) -> Iterator[None]:
     """One post-processing at a time per record directory (merges read, then rewrite, DB files)."""
+    lock = FileLock(str(db_dir / LOCK_NAME))
     try:
         db_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(db_dir / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o644)
+        lock.acquire()
     except OSError as e:
         raise RecordError(f"cannot write the record DB into {db_dir}: {e.strerror}") from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        lock.release()
+        lock.close()
 
 
 def _split_args(inst: RawInstance) -> List[str]:

@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from mneme.locks import FileLock
 from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord, artifact_bytes, latest, staged
 
 #: tags MLflow's create_run treats specially; a record carrying one goes through MlflowClient instead
@@ -60,7 +61,7 @@ def retry_while_locked(call, *args: Any, **kwargs: Any) -> Any:
             time.sleep(pause)
 
 
-class CommitLock:
+class CommitLock(FileLock):
     """Takes turns at SQLite's one write lock among this host's writer processes, through flock.
 
     SQLite's own busy handler sleeps 1, 2, 5 ... 100 ms between looks at a held lock, so a writer that
@@ -72,23 +73,15 @@ class CommitLock:
         import tempfile
 
         digest = hashlib.blake2b(os.path.realpath(database).encode(), digest_size=12).hexdigest()
-        self.path = os.path.join(tempfile.gettempdir(), f"mneme-sqlite-{digest}.lock")
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        super().__init__(os.path.join(tempfile.gettempdir(), f"mneme-sqlite-{digest}.lock"))
         #: seconds spent waiting for the other writers
         self.waited = 0.0
 
-    def __enter__(self) -> "CommitLock":
-        import fcntl
-
+    def acquire(self) -> bool:
         t = time.perf_counter()
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        super().acquire()
         self.waited += time.perf_counter() - t
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import fcntl
-
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        return True
 
 
 class NotBulk(Exception):

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from mneme.errors import ConfigurationError
+from mneme.locks import FileLock
 
 A_FINGERPRINTS = "mneme.fingerprints"
 A_OPTIONS = "mneme.options"
@@ -116,10 +117,17 @@ def _page_cache_journal():
     its journal for all files at once): a plain `dd` beside an untracked 1000-trial study on the H200 slowed its
     search by 30-50 %. Without it a crashed or killed process loses nothing (the page cache has the lines); only a
     crash of the OS can lose the last trials, which --resume runs again. The SQLite storages make the same choice
-    (the study's and MLflow's: WAL with synchronous=NORMAL)."""
+    (the study's and MLflow's: WAL with synchronous=NORMAL).
+
+    Its lock is flock on `PATH.flock` (mneme.locks) rather than Optuna's lock file, created, renamed and removed
+    around every write: file-system metadata updates, several per trial, that also queue behind other processes'
+    disk writes. On the dev machine an untracked 1000-trial search of repeats took 1.7 s instead of 3.0 s."""
     from optuna.storages.journal import JournalFileBackend
 
     class PageCacheJournal(JournalFileBackend):
+        def __init__(self, path: str) -> None:
+            super().__init__(path, lock_obj=FileLock(path + ".flock"))  # acquire and release are all it asks of one
+
         def append_logs(self, logs: List[Dict[str, Any]]) -> None:
             text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
             self._lock.acquire()
@@ -136,11 +144,11 @@ def open_storage(url: str):
     """An Optuna storage object for a URL from `storage_url`."""
     optuna = _optuna()
     if url.startswith("journal:"):
-        from optuna.storages.journal import JournalFileOpenLock, JournalStorage
+        from optuna.storages.journal import JournalStorage
 
         path = url[len("journal:"):]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(_page_cache_journal()(path, lock_obj=JournalFileOpenLock(path)))
+        return JournalStorage(_page_cache_journal()(path))
     kwargs: Dict[str, Any] = {}
     url = with_available_driver(url)
     if url.startswith("sqlite:///"):
