@@ -168,6 +168,18 @@ def median_row(rows: list, mode: str, preset: str = ""):
     return done[(len(done) - 1) // 2] if done else None
 
 
+def pair_ratios(rows: list, preset: str) -> list:
+    """Tracked over untracked configurations per second of each ABBA pair of `preset`, in run order: their spread
+    says how far the ratio of the medians can be trusted."""
+    runs = [r for r in rows if r["mode"] in ("mneme tune", "tune+mlflow") and r["preset"] == preset]
+    out = []
+    for a, b in zip(runs[0::2], runs[1::2]):
+        on, off = (a, b) if a["mode"] == "tune+mlflow" else (b, a)
+        if on.get("per_s") and off.get("per_s"):
+            out.append(on["per_s"] / off["per_s"])
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--record-db", type=Path, default=None, help="record DB to tune (default: record examples/bin/vecadd)")
@@ -237,8 +249,11 @@ def main() -> int:
             continue
         ok = on["per_s"] >= 0.9 * off["per_s"]
         verdicts.append(ok)
+        pairs = sorted(pair_ratios(rows, preset))
+        spread = f"; pairs {pairs[(len(pairs) - 1) // 2]:.3f} median, {pairs[0]:.3f}-{pairs[-1]:.3f}" if pairs else ""
         parts.append(f"{preset} {on['per_s'] / off['per_s']:.3f} ({on['per_s']:.1f} vs {off['per_s']:.1f} configs/s, {off['distinct']} "
-                     f"distinct of {off['configs']}; finish {on['finish_s']:.2f} vs {off['finish_s']:.2f} s; {'met' if ok else 'NOT met'})")
+                     f"distinct of {off['configs']}; finish {on['finish_s']:.2f} vs {off['finish_s']:.2f} s{spread}; "
+                     f"{'met' if ok else 'NOT met'})")
     tracking = (f"; tracking on / off, {args.tune_storage} study storage, medians of {args.tune_repeats}: " + ", ".join(parts)
                 + f" (goal >= 0.90 on each: {'met' if all(verdicts) else 'NOT met'})") if parts else ""
     print(f"ratio: {top['per_s']:.1f} configs/s ({top['preset']} preset, {top['jobs']} compile jobs, one GPU) vs Mneme's "

@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_compile  # noqa: E402
 import bench_record  # noqa: E402
 import bench_replay  # noqa: E402
+import bench_tune_throughput  # noqa: E402
 import benchlib  # noqa: E402
 import report  # noqa: E402
 
@@ -264,3 +265,16 @@ def test_multi_gpu_bench_without_a_gpu_stops_at_the_recording_naming_why(tmp_pat
     # a clean clone has no example binaries; a dev machine that built them has no driver
     assert ("examples/bin/vecadd is missing: build the examples" in p.stderr
             or ("mneme record failed" in p.stderr and "no NVIDIA driver" in p.stderr)), p.stderr
+
+
+def test_tracking_pairs_are_read_in_abba_order():
+    """The per-pair tracked / untracked ratios pair each run with its neighbour, whichever mode came first."""
+    def row(mode, per_s, preset="launch"):
+        return {"mode": mode, "preset": preset, "per_s": per_s}
+
+    rows = [row("executor", 99.0), row("mneme tune", 400.0), row("tune+mlflow", 360.0),  # off-on
+            row("tune+mlflow", 300.0), row("mneme tune", 400.0),  # on-off
+            row("mneme tune", 500.0, "compiler"), row("tune+mlflow", 250.0, "compiler"),
+            row("mneme tune", 380.0), row("tune+mlflow", 0.0)]  # a failed tracked run has no ratio
+    assert bench_tune_throughput.pair_ratios(rows, "launch") == pytest.approx([0.9, 0.75])
+    assert bench_tune_throughput.pair_ratios(rows, "compiler") == pytest.approx([0.5])
