@@ -429,3 +429,36 @@ def test_ctrl_c_between_answer_and_tell_still_tells_the_trial(tmp_path, record, 
     assert trials[2].state.name in ("COMPLETE", "FAIL") and st.T_RESULT in trials[2].user_attrs
     assert not any(t.state.name == "RUNNING" for t in trials.values())
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the guard put the handler back
+
+
+def test_a_ledger_that_remembers_finished_trials_answers_like_a_fresh_one():
+    """Ledger's `finished` memo (kept by the session across snapshots) must not change any answer, also after
+    running trials finish, get excluded or are queued."""
+    import optuna
+    from optuna.trial import TrialState
+
+    study = optuna.create_study()
+    trials = [study.ask() for _ in range(6)]
+    for i, t in enumerate(trials):
+        t.set_user_attr(st.T_CLAIM, {"owner": "me", "config_hash": f"h{i % 3}"})
+
+    def answers(ledger):
+        return ([t.number for t in ledger.counted], ledger.numbers, [t.number for t in ledger.running],
+                {h: t.number for h, t in ledger.first_by_hash.items()}, ledger.rank(4), sorted(ledger.by_number))
+
+    memo = {}
+    study.tell(trials[0], 1.0)
+    trials[1].set_user_attr(st.T_FLAG, "rejected")
+    study.tell(trials[1], state=TrialState.FAIL)
+    snap = study.get_trials(deepcopy=False)
+    assert answers(st.Ledger(snap, memo)) == answers(st.Ledger(snap))
+    assert set(memo) == {0, 1}  # only finished trials are remembered
+    study.tell(trials[3], 2.0)
+    trials[4].set_user_attr(st.T_FLAG, "surplus")
+    study.tell(trials[4], state=TrialState.FAIL)
+    study.enqueue_trial({"x": 1.0})
+    snap = study.get_trials(deepcopy=False)
+    fresh, remembered = st.Ledger(snap), st.Ledger(list(reversed(snap)), memo)
+    assert answers(remembered) == answers(fresh)
+    assert fresh.numbers == [0, 2, 3, 5] and [t.number for t in fresh.running] == [2, 5]
+    assert {h: t.number for h, t in fresh.first_by_hash.items()} == {"h0": 0, "h2": 2}  # h1: excluded trials only

@@ -98,13 +98,14 @@ class TrialSession:
         self.rejections = 0
         self._last_heartbeat = float("-inf")
         self._last_reap = float("-inf")
+        self._finished: Dict[int, Tuple[bool, Optional[str]]] = {}  # see st.Ledger
         ledger = self.ledger()
         self.seen = {params_key(t.params) for t in ledger.trials}
         self.counted_at_start = len(ledger.counted)
 
     # -- housekeeping -----------------------------------------------------------------------------------
     def ledger(self) -> st.Ledger:
-        return st.Ledger(self.study.get_trials(deepcopy=False))
+        return st.Ledger(self.study.get_trials(deepcopy=False), self._finished)
 
     def heartbeat(self, force: bool = False) -> None:
         """Show the other processes this one is alive (every few seconds; `force` now)."""
@@ -175,8 +176,7 @@ class TrialSession:
         deadline = time.monotonic() + CLAIM_WAIT_S
         while True:
             ledger = self.ledger()
-            unsettled = [t for t in ledger.trials if t.number < upto and t.state.name == "RUNNING"
-                         and not st.claim(t) and not st.flag(t)]
+            unsettled = [t for t in ledger.running if t.number < upto and not st.claim(t) and not st.flag(t)]
             if not unsettled or time.monotonic() >= deadline:
                 return ledger
             time.sleep(0.005)
@@ -246,7 +246,7 @@ class TrialSession:
             else:
                 waiting.append(t)
         self.remote = waiting
-        others = [t for t in ledger.counted if t.state.name == "RUNNING" and st.claim(t).get("owner") != self.owner]
+        others = [t for t in ledger.running if st.counts(t) and st.claim(t).get("owner") != self.owner]
         done = not run and not self.remote and not others and (self.exhausted or len(ledger.counted) >= self.trials)
         return run, done
 
