@@ -462,3 +462,55 @@ def test_a_ledger_that_remembers_finished_trials_answers_like_a_fresh_one():
     assert answers(remembered) == answers(fresh)
     assert fresh.numbers == [0, 2, 3, 5] and [t.number for t in fresh.running] == [2, 5]
     assert {h: t.number for h, t in fresh.first_by_hash.items()} == {"h0": 0, "h2": 2}  # h1: excluded trials only
+
+
+class InstantExecutor:
+    """Answers every configuration at submission (SyntheticBackend's result), to test the search loop's order
+    alone; the studies above run the same loop on the real executor."""
+
+    def __init__(self, *args, **kwargs):
+        self.compile_jobs, self.devices = 1, [0]
+        self.backend = backend("SyntheticBackend").split(":")
+
+    def evaluate(self, config):
+        import importlib
+
+        mod, name = self.backend
+        return getattr(importlib.import_module(mod), name)(None, None, 0, {}, None).run(None, config)
+
+    def submit(self, config):
+        from concurrent.futures import Future
+
+        fut = Future()
+        fut.set_result(self.evaluate(config))
+        return fut
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+    def stats(self):
+        return {"workers": []}
+
+    def worker_errors(self):
+        return []
+
+
+def test_finished_trials_are_told_before_more_are_asked(tmp_path, record, monkeypatch):
+    """With every result ready at once, each batch asks for a full --max-inflight: no trial waits on an original
+    that has finished but was not told yet (the loop used to ask one trial at a time behind such originals)."""
+    import mneme.tune.executor as executor_mod
+    from mneme.tune.session import TrialSession
+
+    needs = []
+    ask = TrialSession.ask
+
+    def counting_ask(self, need):
+        needs.append(need)
+        return ask(self, need)
+
+    monkeypatch.setattr(executor_mod, "AsyncReplayExecutor", InstantExecutor)
+    monkeypatch.setattr(TrialSession, "ask", counting_ask)
+    outcome = Tuner(options(record, tmp_path / "o", storage=f"journal:{tmp_path / 'j.log'}", space="standard",
+                            sampler="random", trials=40, max_inflight=4)).run()
+    assert outcome.exit_code == EXIT_OK, outcome.message
+    assert needs == [4] * 10

@@ -294,6 +294,10 @@ class Tuner:
         try:
             while True:
                 session.heartbeat()
+                # tell what has finished before asking more: the sampler learns from it, and a new trial that
+                # repeats a finished configuration is answered at once instead of waiting on it
+                for fut in [f for f in inflight if f.done()]:
+                    session.answer(inflight.pop(fut), fut.result())
                 if len(inflight) < limit and not session.exhausted:
                     need = min(limit - len(inflight), session.remaining())
                     if need > 0:
