@@ -17,3 +17,12 @@ def run_mneme(*args, check=True, **kw) -> subprocess.CompletedProcess:
     if check and p.returncode != 0:
         raise AssertionError(f"mneme {' '.join(map(str, args))} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
     return p
+
+
+def read_artifact(client, run_id: str, name: str) -> bytes:
+    """An MLflow artifact's bytes. Without a destination MLflow downloads into a fresh temporary directory that
+    nobody removes (thousands had piled up in /tmp from the tests), so it goes into one removed here."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="mneme-test-artifact-") as d:
+        return Path(client.download_artifacts(run_id, name, d)).read_bytes()

@@ -12,6 +12,7 @@ import pytest
 from mlflow import MlflowClient
 
 from irutil import compile_cu
+from mnemetest import read_artifact
 from test_tune_support import SAXPY_CU, write_record
 
 from mneme.config import ExperimentConfiguration, MeasurementSettings
@@ -50,7 +51,7 @@ def check_compile_run(client, run, kernel_name="saxpy("):
     assert {"replay.passes", "replay.block.x", "replay.codegen_opt", "measure.iterations"} <= set(p)
     files = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"kernel.ll", "kernel.ptx", "kernel.cubin", "config.yaml", "result.json"} <= files
-    read = lambda name: Path(client.download_artifacts(run.info.run_id, name)).read_bytes()  # noqa: E731
+    read = lambda name: read_artifact(client, run.info.run_id, name)  # noqa: E731
     assert b"define " in read("kernel.ll") and b".entry" in read("kernel.ptx")
     assert read("kernel.cubin")[:4] == b"\x7fELF"
     return read
@@ -98,5 +99,5 @@ def test_replay_track_logs_one_run_with_its_kernel_files(record_db, tmp_path):
     run = client.get_run(run_id)
     check_compile_run(client, run)
     assert run.data.tags["mneme.role"] == "replay" and run.data.tags["mneme.record_db"] == str(record_db)
-    saved = json.loads(Path(client.download_artifacts(run_id, "result.json")).read_text())
+    saved = json.loads(read_artifact(client, run_id, "result.json"))
     assert ExperimentConfiguration.from_dict(saved["configuration"]).hash() == config.hash()

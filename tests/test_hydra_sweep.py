@@ -16,6 +16,7 @@ import optuna
 import pytest
 from mlflow import MlflowClient
 
+from mnemetest import read_artifact
 from test_tune_support import backend, env_with_tests, write_record
 
 SWEEP = ["+experiment=sweep", "record.db=rec/saxpy.json", f"executor.backend={backend('SyntheticBackend')}",
@@ -92,7 +93,7 @@ def test_trial_runs_have_params_tags_metrics_and_artifacts(swept):
     assert len(client.get_metric_history(trial.info.run_id, "exec_time_ns")) == 3
     files = {a.path for a in client.list_artifacts(trial.info.run_id)}
     assert {"config.yaml", "result.json"} <= files
-    composed = open(client.download_artifacts(trial.info.run_id, "config.yaml")).read()
+    composed = read_artifact(client, trial.info.run_id, "config.yaml").decode()
     assert "name: sweep" in composed and f"x: {p['replay.block.x']}" in composed
 
 

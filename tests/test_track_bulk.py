@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy
 from mlflow import MlflowClient
 
+from mnemetest import read_artifact
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings, dim3
 from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord
 from mneme.track.sweep import SweepRun
@@ -123,7 +124,7 @@ def _read_back(client: MlflowClient, experiment_id: str) -> dict:
                 if a.is_dir:
                     stack.append(a.path)
                 else:
-                    names[a.path] = Path(client.download_artifacts(i.run_id, a.path)).read_bytes()
+                    names[a.path] = read_artifact(client, i.run_id, a.path)
         tags = dict(d.tags)
         if "mlflow.parentRunId" in tags:
             tags["mlflow.parentRunId"] = client.get_run(tags["mlflow.parentRunId"]).info.run_name
@@ -197,7 +198,7 @@ def test_a_broken_run_does_not_lose_the_rest_of_its_batch(uri, tmp_path):
         r = runs[f"good-{i}"]
         assert r.info.status == FINISHED and r.data.params == {"i": str(i)} and r.data.metrics == {"x": float(i)}
         assert r.data.tags["mneme.trial"] == str(i)
-        assert Path(client.download_artifacts(r.info.run_id, "out.txt")).read_text() == f"run {i}"
+        assert read_artifact(client, r.info.run_id, "out.txt").decode() == f"run {i}"
     assert runs["refused"].info.status == FAILED  # as MlflowClient's path leaves it: created, refused, ended FAILED
     # the files of the batch the store refused are gone; MlflowClient's path wrote the good runs' again
     root = Path(client.get_experiment(w.experiment_id).artifact_location)
@@ -254,8 +255,8 @@ def test_trials_of_one_kernel_share_its_artifact_files(tmp_path, monkeypatch):
     stat = {name: {os.stat(where[r.info.run_id] / name).st_ino for r in runs} for name in ("kernel.ptx", "kernel.cubin", "result.json")}
     assert len(stat["kernel.ptx"]) == 1 and len(stat["kernel.cubin"]) == 1 and len(stat["result.json"]) == 5
     for r in runs:
-        assert Path(client.download_artifacts(r.info.run_id, "kernel.cubin")).read_bytes() == kernel["kernel.cubin"]
-        assert Path(client.download_artifacts(r.info.run_id, "result.json")).read_text().startswith('{"i": ')
+        assert read_artifact(client, r.info.run_id, "kernel.cubin") == kernel["kernel.cubin"]
+        assert read_artifact(client, r.info.run_id, "result.json").decode().startswith('{"i": ')
 
 
 def test_a_metric_name_seen_before_is_still_refused_a_value_mlflow_refuses(tmp_path, monkeypatch):

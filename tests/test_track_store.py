@@ -8,6 +8,7 @@ import time
 import pytest
 from mlflow import MlflowClient
 
+from mnemetest import read_artifact
 from mneme import cli
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings, dim3
 from mneme.errors import ConfigurationError
@@ -86,9 +87,7 @@ def test_parent_gets_best_configuration_and_plots(sweep_store):
     assert p.data.metrics["best_speedup"] == pytest.approx(1000 / 942)
     files = {a.path for a in client.list_artifacts(parent)}
     assert {"best_config.yaml", "best_config.json", "speedup_over_trials.png", "pareto_time_registers.png"} <= files
-    png = client.download_artifacts(parent, "pareto_time_registers.png")
-    with open(png, "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert read_artifact(client, parent, "pareto_time_registers.png")[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_summary_from_the_writers_rows_is_the_one_read_back_from_the_store(sweep_store):
