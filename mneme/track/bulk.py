@@ -74,6 +74,7 @@ class CommitLock(FileLock):
 
         digest = hashlib.blake2b(os.path.realpath(database).encode(), digest_size=12).hexdigest()
         super().__init__(os.path.join(tempfile.gettempdir(), f"mneme-sqlite-{digest}.lock"))
+        self._file()  # an unusable $TMPDIR shows here, where the caller falls back to MlflowClient's path
         #: seconds spent waiting for the other writers
         self.waited = 0.0
 
