@@ -313,9 +313,7 @@ class Tuner:
                     if not run:
                         time.sleep(0.5)
                     continue
-                finished, _ = wait(list(inflight), timeout=1.0, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    session.answer(inflight.pop(fut), fut.result())
+                wait(list(inflight), timeout=1.0, return_when=FIRST_COMPLETED)  # told at the top of the loop
         finally:
             self.bar.close()
 
