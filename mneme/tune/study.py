@@ -132,12 +132,8 @@ def _page_cache_journal():
 
         def append_logs(self, logs: List[Dict[str, Any]]) -> None:
             text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
-            self._lock.acquire()
-            try:
-                with open(self._file_path, "ab") as f:
-                    f.write(text)
-            finally:
-                self._lock.release()
+            with self._lock, open(self._file_path, "ab") as f:
+                f.write(text)
 
     return PageCacheJournal
 
