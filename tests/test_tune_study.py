@@ -23,7 +23,7 @@ from mneme.tune.options import EXIT_ALL_FAILED, EXIT_BASELINE_FAILED, EXIT_INTER
 from mneme.tune.report import write_results
 from mneme.tune.tuner import Tuner
 
-from test_tune_support import backend, env_with_tests, write_record
+from test_tune_support import SyntheticBackend, backend, env_with_tests, write_record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -470,13 +470,10 @@ class InstantExecutor:
 
     def __init__(self, *args, **kwargs):
         self.compile_jobs, self.devices = 1, [0]
-        self.backend = backend("SyntheticBackend").split(":")
+        self.backend = SyntheticBackend(None, None, 0, {}, None)
 
     def evaluate(self, config):
-        import importlib
-
-        mod, name = self.backend
-        return getattr(importlib.import_module(mod), name)(None, None, 0, {}, None).run(None, config)
+        return self.backend.run(None, config)
 
     def submit(self, config):
         from concurrent.futures import Future
