@@ -16,8 +16,8 @@ from mneme.errors import MnemeError
 
 #: name -> (module, one-line help)
 COMMANDS = {
-    "cc": ("mneme.build.cc", "compile and link CUDA code with clang-22, embedding device LLVM bitcode"),
-    "ir": ("mneme.build.ircli", "list the device IR modules embedded in a binary and the kernels they define"),
+    "cc": ("mneme.cc.cc", "compile and link CUDA code with clang-22, embedding device LLVM bitcode"),
+    "ir": ("mneme.cc.ircli", "list the device IR modules embedded in a binary and the kernels they define"),
     "record": ("mneme.record.cli", "run an app under the recorder and write the record DB"),
     "show": ("mneme.record.housekeeping", "list recorded kernels ranked by in-app time"),
     "clean": ("mneme.record.housekeeping", "delete record DBs with their IR and snapshots"),
@@ -32,7 +32,7 @@ COMMANDS = {
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "cc":
-        from mneme.build.cc import main as cc_main
+        from mneme.cc.cc import main as cc_main
 
         return cc_main(argv[1:])
     parser = argparse.ArgumentParser(prog="mneme", description=__doc__.splitlines()[0])

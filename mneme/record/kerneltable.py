@@ -103,7 +103,7 @@ class IRIndex:
     def add_file(self, path) -> int:
         """Adds the modules embedded in one ELF file; returns how many were new. Files without
         embedded IR (system libraries) add nothing; unreadable ones raise RecordError."""
-        from mneme.build.embedded import has_embedded, read_embedded
+        from mneme.cc.embedded import has_embedded, read_embedded
         from mneme.ir.module import module_kernels, parse_module
 
         p = Path(path)

@@ -215,7 +215,7 @@ def _prepare_raw_dir(db_dir: Path, out: TextIO) -> Tuple[Path, bool]:
 
 
 def _ir_of(argv: Sequence[str], out: TextIO) -> IRIndex:
-    from mneme.build.embedded import libraries_with_ir
+    from mneme.cc.embedded import libraries_with_ir
 
     index = IRIndex()
     exes = executables_in(argv)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mneme.build.cc import Driver
-from mneme.build.cmdline import parse
-from mneme.build.embedded import (
+from mneme.cc.cc import Driver
+from mneme.cc.cmdline import parse
+from mneme.cc.embedded import (
     MAGIC,
     SECTION,
     archive_members,
@@ -24,7 +24,7 @@ from mneme.build.embedded import (
     shared_library_deps,
     unpack_entries,
 )
-from mneme.build.toolchain import Toolchain
+from mneme.cc.toolchain import Toolchain
 from mneme.errors import RecordError
 
 GCC = shutil.which("gcc")

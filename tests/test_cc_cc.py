@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mneme.build.embedded import SECTION, collect_embedded, read_embedded
+from mneme.cc.embedded import SECTION, collect_embedded, read_embedded
 from mneme.ir.module import module_kernels, parse_module
 
 CC = [sys.executable, "-m", "mneme.cli", "cc"]

@@ -3,7 +3,7 @@ LLVM bitcode in its object file.
 
 Per CUDA source it runs two compiles side by side: the ordinary one (host + device code, the user's
 flags) and a device-only one that writes pre-optimization bitcode, which is then placed in the
-object's `.mneme_ir` section (see mneme.build.embedded for the format). Links use the shared libcudart
+object's `.mneme_ir` section (see mneme.cc.embedded for the format). Links use the shared libcudart
 so that the recorder can interpose on it. `-v` or MNEME_CC_VERBOSE=1 prints every command run.
 """
 
@@ -18,10 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from mneme.build import cmdline
-from mneme.build.cmdline import Invocation, Source
-from mneme.build.embedded import SECTION, archive_rdc_sections, pack_entry
-from mneme.build.toolchain import DEFAULT_ARCH, Toolchain, find_clang, find_ld
+from mneme.cc import cmdline
+from mneme.cc.cmdline import Invocation, Source
+from mneme.cc.embedded import SECTION, archive_rdc_sections, pack_entry
+from mneme.cc.toolchain import DEFAULT_ARCH, Toolchain, find_clang, find_ld
 from mneme.errors import MnemeError
 
 PROG = "mneme cc"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from mneme.build.cmdline import default_object, parse
+from mneme.cc.cmdline import default_object, parse
 from mneme.errors import ConfigurationError
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mneme.build.embedded import read_embedded, shared_library_deps
-from mneme.build.ircli import list_modules
+from mneme.cc.embedded import read_embedded, shared_library_deps
+from mneme.cc.ircli import list_modules
 from mneme.ir.module import parse_module
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from mneme.build.embedded import EmbeddedModule, collect_embedded
+from mneme.cc.embedded import EmbeddedModule, collect_embedded
 from mneme.errors import RecordError
 from mneme.ir.module import demangle, module_kernels, parse_module
 
