@@ -25,12 +25,37 @@ SCHEMA_VERSION = 1
 DEFAULT_VADDR = 0x153940000000
 
 
+def relative_to_db(p: str, db_path: str) -> str:
+    """A file path (absolute, or relative to the working directory) relative to the DB file's directory.
+
+    Both sides are resolved first, so `-rdb rec`, `./rec`, `../x/rec`, an absolute path and a symlinked
+    directory all store the same `RecordedIR_<hash>.bc`, whatever the working directory."""
+    root = os.path.realpath(os.path.dirname(os.path.abspath(db_path)))
+    return os.path.relpath(os.path.realpath(p), root)
+
+
+def _legacy_candidate(base: Path, rel: str) -> Optional[Path]:
+    """Schema-1 DBs written by `mneme record -rdb REL` stored paths relative to the recording's working
+    directory (`demo/rec/RecordedIR_x.bc` inside `demo/rec/`). Such a path is read as the shortest
+    suffix of it that names an existing file in the DB's directory."""
+    parts = Path(rel).parts
+    for i in range(1, len(parts)):
+        cand = base.joinpath(*parts[i:])
+        if cand.exists():
+            return cand
+    return None
+
+
 def resolve_inside(base: Path, rel: str, what: str, db_path: Path) -> Path:
     """Resolve `rel` against the DB directory and refuse anything outside it."""
     if os.path.isabs(rel):
         raise RecordError(f"{db_path}: {what} path {rel!r} is absolute; record DBs store paths relative to their directory")
     p = (base / rel).resolve()
     root = base.resolve()
+    if not p.exists() and ".." not in Path(rel).parts:
+        legacy = _legacy_candidate(base, rel)
+        if legacy is not None:
+            p = legacy.resolve()
     if p != root and root not in p.parents:
         raise RecordError(f"{db_path}: {what} path {rel!r} points outside the DB's directory {root}; refusing to read it")
     return p
@@ -214,9 +239,10 @@ class RecordedExecution:
 
     # -- (de)serialisation ----------------------------------------------------------------------
     def _rel(self, p: str) -> str:
-        if self.path is None or not os.path.isabs(p):
+        """`p` (absolute, or relative to the working directory) as a path relative to the DB's directory."""
+        if self.path is None:
             return p
-        return os.path.relpath(p, os.path.dirname(os.path.abspath(self.path)))
+        return relative_to_db(p, self.path)
 
     def to_dict(self) -> Dict[str, Any]:
         d: Dict[str, Any] = {
@@ -240,8 +266,8 @@ class RecordedExecution:
         d.update(self.extra)
         for k, inst in self.items():
             idict = inst.to_dict()
-            idict["Prologue"] = inst.prologue_rel or self._rel(inst.prologue_fn)
-            idict["Epilogue"] = inst.epilogue_rel or self._rel(inst.epilogue_fn)
+            idict["Prologue"] = self._rel(inst.prologue_fn)
+            idict["Epilogue"] = self._rel(inst.epilogue_fn)
             d["instances"][k] = idict
         return d
 
