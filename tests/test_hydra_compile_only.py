@@ -101,3 +101,14 @@ def test_replay_track_logs_one_run_with_its_kernel_files(record_db, tmp_path):
     assert run.data.tags["mneme.role"] == "replay" and run.data.tags["mneme.record_db"] == str(record_db)
     saved = json.loads(read_artifact(client, run_id, "result.json"))
     assert ExperimentConfiguration.from_dict(saved["configuration"]).hash() == config.hash()
+
+
+def test_relative_paths_mean_the_directory_the_user_ran_in_even_when_hydra_changes_it(record_db, tmp_path):
+    """`hydra.job.chdir=true` runs the job in its output directory: record.db, a journal study storage and a
+    relative tracking URI still name files relative to where `python -m mneme` ran."""
+    rel = os.path.relpath(record_db, tmp_path)
+    run_app(tmp_path, "+experiment=compile_only", f"record.db={rel}", "hydra.job.chdir=true",
+            "tracking.uri=sqlite:///mlflow.db", "replay.block.x=64")
+    client, runs = runs_of(tmp_path)
+    assert len(runs) == 1 and runs[0].data.tags["mneme.status"] == "compiled"
+    assert not list(tmp_path.glob("outputs/**/mlflow.db")), "the store is where the user ran, not in the job's directory"

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import shlex
 import subprocess
 import sys
 import time
@@ -194,6 +195,8 @@ def test_cli_run_prints_the_best_and_a_replay_command(tmp_path, record):
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)
     assert summary["best"]["replay_command"].startswith("mneme replay") and summary["exit_code"] == 0
+    rdb = shlex.split(summary["best"]["replay_command"])[3]
+    assert os.path.isabs(rdb) and Path(rdb).is_file(), "best.sh reproduces the best from any directory"
     report = tmp_path / "report"
     p = mneme("tune", "-rdb", record, "--space", "launch", "--storage", f"sqlite:///{tmp_path / 'o' / 'study.db'}",
               "--report-only", "-o", report, "--json")
@@ -359,8 +362,15 @@ def test_storage_passwords_never_leave_the_process():
     assert st.redacted("postgresql://tuner:pa55@word@db:5432/s") == "postgresql://tuner:***@db:5432/s"
     assert st.redacted("postgresql://tuner@db/s") == "postgresql://tuner@db/s"
     assert st.storage_url("journal:/x/s.journal", "/o") == "journal:/x/s.journal"
-    assert st.storage_url("runs/s.log", "/o") == "journal:runs/s.log"
     assert st.storage_url(None, "/o").endswith("/o/study.db")
+
+
+def test_file_storages_are_named_absolutely_so_any_working_directory_finds_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert st.storage_url("runs/s.log", "/o") == f"journal:{tmp_path}/runs/s.log"
+    assert st.storage_url("journal:s.journal", "/o") == f"journal:{tmp_path}/s.journal"
+    assert st.storage_url("sqlite:///a/study.db", "/o") == f"sqlite:///{tmp_path}/a/study.db"
+    assert st.storage_url("sqlite:////abs/study.db", "/o") == "sqlite:////abs/study.db"
     with pytest.raises(ConfigurationError, match="expected a database URL"):
         st.storage_url("some/dir", "/o")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -126,12 +127,43 @@ def _job() -> Tuple[int, bool]:
     return num, hc.mode == RunMode.MULTIRUN
 
 
+def absolute_paths(cfg: Any) -> None:
+    """Paths in the config as the user typed them, relative to where `python -m mneme` ran, even when the
+    job runs in another directory (`hydra.job.chdir=true`): record.db, record.dir, a relative record.app
+    program, file-based study storage and tracking URIs."""
+    from hydra.utils import to_absolute_path
+    from omegaconf import open_dict
+
+    def fix(p: str) -> str:
+        return to_absolute_path(p) if p and not os.path.isabs(p) else p
+
+    with open_dict(cfg):
+        if cfg.record.get("db"):
+            cfg.record.db = ",".join(fix(p) for p in str(cfg.record.db).split(","))
+        if cfg.record.get("dir"):
+            cfg.record.dir = fix(str(cfg.record.dir))
+        if cfg.record.get("app") and "/" in str(cfg.record.app[0]):
+            cfg.record.app[0] = fix(str(cfg.record.app[0]))
+        storage = cfg.study.get("storage")
+        if storage:
+            for prefix in ("journal:", "sqlite:///"):
+                rest = str(storage)[len(prefix):]
+                if str(storage).startswith(prefix) and rest and not rest.startswith("/") and rest != ":memory:":
+                    cfg.study.storage = prefix + fix(rest)
+        uri = cfg.tracking.get("uri")
+        if uri and str(uri).startswith("sqlite:///") and not str(uri).startswith("sqlite:////"):
+            cfg.tracking.uri = "sqlite:///" + fix(str(uri)[len("sqlite:///"):])
+        elif uri and "://" not in str(uri):
+            cfg.tracking.uri = fix(str(uri))
+
+
 def run(cfg: Any) -> Dict[str, Any]:
     """The task function of `python -m mneme`."""
     from omegaconf import OmegaConf
 
     from mneme.tune.objective import metric_ns, succeeded
 
+    absolute_paths(cfg)
     if cfg.mode == "record":
         return record(cfg)
     if cfg.mode not in schema.MODES:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import statistics
 from dataclasses import dataclass, field
@@ -122,7 +123,7 @@ def replay_command(record_db: str, record_id: Optional[str], config: ExperimentC
                    iterations: Optional[int] = None, warmup: Optional[int] = None) -> str:
     """A ready `mneme replay` command line for a configuration."""
     c = config.grounded()
-    argv = ["mneme", "replay", "-rdb", str(record_db)]
+    argv = ["mneme", "replay", "-rdb", os.path.abspath(str(record_db))]  # best.sh runs from anywhere
     if record_id:
         argv += ["-rid", str(record_id)]
     for name, d in (("grid", c.grid), ("block", c.block)):

@@ -68,13 +68,16 @@ def new_owner() -> str:
 
 
 def storage_url(spec: Optional[str], output: str) -> str:
-    """The storage URL for --storage (None: SQLite inside the output directory)."""
+    """The storage URL for --storage (None: SQLite inside the output directory). File paths in it are made
+    absolute, so workers, resumes and the results' hints name the same file from any working directory."""
     if not spec:
         return f"sqlite:///{Path(output).resolve() / 'study.db'}"
     if spec.startswith("journal:"):
-        return spec
+        return f"journal:{Path(spec[len('journal:'):]).resolve()}"
     if "://" not in spec and (spec.endswith(".log") or spec.endswith(".journal")):
-        return f"journal:{spec}"
+        return f"journal:{Path(spec).resolve()}"
+    if spec.startswith("sqlite:///") and not spec.startswith("sqlite:////") and spec != "sqlite:///:memory:":
+        return f"sqlite:///{Path(spec[len('sqlite:///'):]).resolve()}"
     if "://" not in spec:
         raise ConfigurationError(
             f"--storage {spec!r}: expected a database URL (sqlite:///PATH, postgresql://USER@HOST/DB) or "
