@@ -21,4 +21,9 @@ fi
 timeout "${GPU_CHECK_TIMEOUT:-470}" python3 -m pytest -m "$MARK" ${K:+-k "$K"} -p no:cacheprovider -q -rfEs --junitxml="$LOG/junit.xml" \
   --durations=15 tests/gpu 2>&1 | tee "$LOG/pytest.log"
 rc=${PIPESTATUS[0]}
-python3 scripts/summary.py "$LOG/junit.xml" "$rc" "$(( $(date +%s) - t0 ))"
+STAGES=()
+if [ -z "$K" ]; then  # the whole check: the main job as a user runs it, in a new copy of the tree
+  bash scripts/mainjob.sh "$LOG"
+  STAGES+=("main job (demo.sh in a new copy)=$?")
+fi
+python3 scripts/summary.py "$LOG/junit.xml" "$rc" "$(( $(date +%s) - t0 ))" "${STAGES[@]}"

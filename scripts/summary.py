@@ -1,5 +1,6 @@
 """One summary line for `make gpu-check` from pytest's JUnit XML; fails when anything was skipped."""
 
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -14,7 +15,9 @@ def gpu_name() -> str:
         return "no nvidia-smi"
 
 
-def main(path: str, rc: str, seconds: str) -> int:
+def main(path: str, rc: str, seconds: str, *stages: str) -> int:
+    """`stages` are NAME=EXIT_STATUS of the check's other steps (the main job, the README's commands): each
+    is named in the line, and any non-zero one fails the check."""
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
@@ -24,15 +27,17 @@ def main(path: str, rc: str, seconds: str) -> int:
     tot = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
     passed = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
     ok = int(rc) == 0 and passed > 0 and tot["skipped"] == 0
-    import os
+    done = [s.rpartition("=") for s in stages]
+    ok = ok and all(code == "0" for _, _, code in done)
+    extra = "".join(f"; {name}: {'passed' if code == '0' else f'FAILED (exit {code})'}" for name, _, code in done)
 
     print(
         f"gpu-check: {'PASSED' if ok else 'FAILED'} {passed} passed, {tot['failures']} failed, {tot['errors']} errors, "
         f"{tot['skipped']} skipped in {seconds} s on {gpu_name()} (commit {os.environ.get('MNEME_COMMIT', '?')})"
-        + (f"; {os.environ['GPU_CHECK_NOTE']}" if os.environ.get("GPU_CHECK_NOTE") else "")
+        + extra + (f"; {os.environ['GPU_CHECK_NOTE']}" if os.environ.get("GPU_CHECK_NOTE") else "")
     )
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:]))
