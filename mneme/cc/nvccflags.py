@@ -282,7 +282,11 @@ def _apply(cmd: NvccCommand, name: str, value: Optional[str], written: str) -> N
     if name in _REFUSED:
         raise ConfigurationError(f"{written}: not supported by {PROG}: {_REFUSED[name]}")
     if name in PHASES:
+        # -dc is -c with relocatable device code; a later -c keeps the RDC (`-dc ... -c` in real Makefiles)
+        if cmd.phase in ("dc", "dw") and PHASES[name] == "compile":
+            return
         cmd.phase = PHASES[name]
+        cmd.rdc = cmd.rdc or name == "device-c"
         return
     if name in ("version", "help"):
         cmd.phase = name
@@ -298,8 +302,6 @@ def _apply(cmd: NvccCommand, name: str, value: Optional[str], written: str) -> N
     }
     if name in simple:
         simple[name]()
-    elif name == "device-c":
-        pass
     elif name in ("include-path", "system-include", "define-macro", "undefine-macro", "pre-include"):
         flag = {"include-path": "-I", "system-include": "-isystem", "define-macro": "-D", "undefine-macro": "-U",
                 "pre-include": "-include"}[name]

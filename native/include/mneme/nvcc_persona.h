@@ -3,7 +3,7 @@
  *
  * Code written for nvcc tests __NVCC__ to mark functions __host__ __device__, to pick nvcc-only
  * paths, or to check the compiler version (__CUDACC_VER_MAJOR__, set by mneme nvcc with -D). CUDA's
- * own headers (CCCL's compiler detection, <nv/target>, cooperative groups) also test __NVCC__ and take
+ * own headers (CCCL's compiler detection, <nv/target>) also test __NVCC__ and take
  * it to mean NVIDIA's front end, whose builtins clang lacks: defining it on the command line breaks
  * them. So the headers that decide "which compiler is this" are read here first, with __NVCC__ still
  * undefined (their include guards keep that decision when user code includes them again), and only
@@ -17,10 +17,6 @@
 #endif
 #if __has_include(<cuda/std/__cccl/compiler.h>)
 #include <cuda/std/__cccl/compiler.h>
-#endif
-#if defined(__CUDA__) && __has_include(<cooperative_groups/details/info.h>)
-/* decides _CG_HAS_CLUSTER_GROUP from __NVCC__: clang-22 has no cluster intrinsics there */
-#include <cooperative_groups/details/info.h>
 #endif
 #endif
 #if defined(__CLANG_GPU_APPROX_TRANSCENDENTALS__) && !defined(__USE_FAST_MATH__)
