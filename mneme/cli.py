@@ -17,6 +17,7 @@ from mneme.errors import MnemeError
 #: name -> (module, one-line help)
 COMMANDS = {
     "cc": ("mneme.cc.cc", "compile and link CUDA code with clang-22, embedding device LLVM bitcode"),
+    "nvcc": ("mneme.cc.nvcc", "nvcc's command line over clang-22, embedding device LLVM bitcode"),
     "ir": ("mneme.cc.ircli", "list the device IR modules embedded in a binary and the kernels they define"),
     "record": ("mneme.record.cli", "run an app under the recorder and write the record DB"),
     "show": ("mneme.record.housekeeping", "list recorded kernels ranked by in-app time"),
@@ -35,6 +36,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from mneme.cc.cc import main as cc_main
 
         return cc_main(argv[1:])
+    if argv and argv[0] == "nvcc":
+        from mneme.cc.nvcc import main as nvcc_main
+
+        return nvcc_main(argv[1:])
     parser = argparse.ArgumentParser(prog="mneme", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"mneme {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
