@@ -276,9 +276,16 @@ class RecordedExecution:
             return p
         return relative_to_db(p, self.path)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def fill_sha256(self) -> None:
+        """Hash the files whose SHA-256 is not known yet (new files, or a schema-1 DB about to be written)."""
         hashes = self.module_sha256 + [None] * (len(self.llvm_files) - len(self.module_sha256))
         self.module_sha256 = [h or integrity.file_sha256(m, str(self.path)) for m, h in zip(self.llvm_files, hashes)]
+        for inst in self.values():
+            inst.prologue_sha256 = inst.prologue_sha256 or integrity.file_sha256(inst.prologue_fn, str(self.path))
+            inst.epilogue_sha256 = inst.epilogue_sha256 or integrity.file_sha256(inst.epilogue_fn, str(self.path))
+
+    def to_dict(self) -> Dict[str, Any]:
+        self.fill_sha256()
         d: Dict[str, Any] = {
             "SchemaVersion": SCHEMA_VERSION,
             "StaticHash": self.static_hash,
@@ -303,8 +310,6 @@ class RecordedExecution:
             idict = inst.to_dict()
             idict["Prologue"] = self._rel(inst.prologue_fn)
             idict["Epilogue"] = self._rel(inst.epilogue_fn)
-            inst.prologue_sha256 = inst.prologue_sha256 or integrity.file_sha256(inst.prologue_fn, str(self.path))
-            inst.epilogue_sha256 = inst.epilogue_sha256 or integrity.file_sha256(inst.epilogue_fn, str(self.path))
             idict["PrologueSha256"] = inst.prologue_sha256
             idict["EpilogueSha256"] = inst.epilogue_sha256
             d["instances"][k] = idict
