@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import List, Optional
 
@@ -50,12 +51,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         mod = args._module
         return int(mod.run(args) or 0)
-    except MnemeError as e:
-        print(f"mneme {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"mneme {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (MnemeError, OSError) as e:
+        # a user error (a bad input, an unwritable output): one line; MNEME_DEBUG=1 shows the traceback
+        _debug()
+        what = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else str(e)
+        print(f"mneme {args.command}: error: {what}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a bug: one line and how to see it, never a bare traceback
+        _debug()
+        print(f"mneme {args.command}: internal error: {type(e).__name__}: {e} (MNEME_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def _debug() -> None:
+    if os.environ.get("MNEME_DEBUG"):
+        import traceback
+
+        traceback.print_exc()
 
 
 if __name__ == "__main__":
