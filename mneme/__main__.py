@@ -68,6 +68,11 @@ def main() -> None:
     from mneme.track import session
     from mneme.track.records import FAILED, FINISHED, KILLED
 
+    import atexit
+
+    from mneme.tmpfiles import reap
+
+    atexit.register(reap)  # leftovers of killed workers (compile directories, unused lock files)
     sys.argv[1:] = _multirun_first(sys.argv[1:])
     try:
         _app()

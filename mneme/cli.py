@@ -7,6 +7,7 @@ driver and takes its arguments verbatim.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import sys
@@ -48,6 +49,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             mod.add_arguments(p, name) if mod.add_arguments.__code__.co_argcount > 1 else mod.add_arguments(p)
             p.set_defaults(_module=mod)
     args = parser.parse_args(argv)
+    atexit.register(_reap)
     try:
         mod = args._module
         return int(mod.run(args) or 0)
@@ -65,6 +67,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"mneme {args.command}: internal error: {type(e).__name__}: {e} (MNEME_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return 1
+
+
+def _reap() -> None:
+    from mneme.tmpfiles import reap
+
+    reap()
 
 
 def _debug() -> None:
