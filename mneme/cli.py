@@ -49,7 +49,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             mod.add_arguments(p, name) if mod.add_arguments.__code__.co_argcount > 1 else mod.add_arguments(p)
             p.set_defaults(_module=mod)
     args = parser.parse_args(argv)
-    atexit.register(_reap)
+    if not _REAP_AT_EXIT:
+        _REAP_AT_EXIT.append(atexit.register(_reap))
     try:
         mod = args._module
         return int(mod.run(args) or 0)
@@ -67,6 +68,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"mneme {args.command}: internal error: {type(e).__name__}: {e} (MNEME_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return 1
+
+
+_REAP_AT_EXIT: List[object] = []
 
 
 def _reap() -> None:

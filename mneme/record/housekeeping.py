@@ -197,6 +197,11 @@ def _relocate_one(p: str, dest_dir: Path, move: bool) -> str:
         integrity.check_file(f, expected.get(f), p, "file")
     if db.llvm_files and any(h is None for h in db.module_sha256):
         db.checked_modules()  # a schema-1 DB's IR is parsed (contained) before its hash is written into the copy
+    for f, h in expected.items():
+        if h is None and f not in db.llvm_files:  # schema 1: the snapshot format's own checks stand in for a hash
+            from mneme.snapshot import Snapshot
+
+            Snapshot.read(f).close()
     db.fill_sha256()
     src_dir = Path(p).resolve().parent
     new_path = dest_dir / Path(p).name
