@@ -7,7 +7,9 @@ driver and takes its arguments verbatim.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import sys
 from typing import List, Optional
 
@@ -52,15 +54,41 @@ def main(argv: Optional[List[str]] = None) -> int:
             mod.add_arguments(p, name) if mod.add_arguments.__code__.co_argcount > 1 else mod.add_arguments(p)
             p.set_defaults(_module=mod)
     args = parser.parse_args(argv)
+    if not _REAP_AT_EXIT:
+        _REAP_AT_EXIT.append(atexit.register(_reap))
     try:
         mod = args._module
         return int(mod.run(args) or 0)
-    except MnemeError as e:
-        print(f"mneme {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"mneme {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (MnemeError, OSError) as e:
+        # a user error (a bad input, an unwritable output): one line; MNEME_DEBUG=1 shows the traceback
+        _debug()
+        what = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else str(e)
+        print(f"mneme {args.command}: error: {what}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a bug: one line and how to see it, never a bare traceback
+        _debug()
+        print(f"mneme {args.command}: internal error: {type(e).__name__}: {e} (MNEME_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+_REAP_AT_EXIT: List[object] = []
+
+
+def _reap() -> None:
+    from mneme.tmpfiles import reap
+
+    reap()
+
+
+def _debug() -> None:
+    if os.environ.get("MNEME_DEBUG"):
+        import traceback
+
+        traceback.print_exc()
 
 
 if __name__ == "__main__":

@@ -154,6 +154,10 @@ def run(args: argparse.Namespace) -> int:
     problems = config.problems()
     if problems:
         raise ConfigurationError("invalid replay configuration: " + "; ".join(problems))
+    # a damaged or inconsistent record is the user's error (one line, exit 2), not a compile_error result
+    pipe.linked()
+    if config.specialize:
+        pipe.arg_values()
     # --track logs the .ll too; deciding it here lets the artifact step below hit the compile cache
     keep_ll = bool(args.output_ll or args.track)
     if args.compile_only:

@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
 from mneme.errors import CompileError, ConfigurationError, DeviceError, MnemeError, PipelineError, RecordError
 from mneme.ir import CompileCache, CompiledKernel, compile_kernel, kernel_params, static_hash as ir_static_hash
+from mneme.record import integrity
 from mneme.record.db import RecordedExecution
 from mneme.record.memstate import verification_plan, written_state
 from mneme.snapshot import Snapshot
@@ -130,8 +131,15 @@ class ReplayPipeline:
         if self._linked is None:
             t0 = time.perf_counter()
             self._linked = self.record.link_llvm_modules(prune=True, internalize=True)
-            # The DB's static hash is the kernel's identity; the code hash extends it.
-            self._static_hash = self.record.static_hash or ir_static_hash(self._linked, self.kernel_name)
+            # The code hash (the compile cache's key) extends the static hash of the IR actually compiled, never
+            # the DB's word for it: IR that differs from what was recorded must not be served recorded code.
+            self._static_hash = ir_static_hash(self._linked, self.kernel_name)
+            if self.record.static_hash != self._static_hash and len(self.record.static_hash) == 64:
+                raise RecordError(
+                    f"{self.record_db}: its IR module(s) {', '.join(self.record.llvm_files)} hash to static hash "
+                    f"{self._static_hash[:16]}..., the DB records {self.record.static_hash[:16]}...: the IR was "
+                    "changed after recording or belongs to another kernel; restore it or record again"
+                )
             self.link_time = time.perf_counter() - t0
         return self._linked
 
@@ -142,7 +150,9 @@ class ReplayPipeline:
             values: Dict[int, bytes] = {}
             if allowed:
                 params = kernel_params(self.linked(), self.kernel_name)
-                with Snapshot.read(self.instance.prologue_fn) as pro:
+                with Snapshot.read(self.instance.checked_prologue()) as pro:
+                    # the values baked into the code must be this instance's: check the file is its prologue
+                    integrity.check_prologue(self.instance, pro, self.record_db, self.instance_attributes)
                     args = pro.args
                     for p in params:
                         if p.index in allowed and p.specializable and p.index < len(args):
@@ -208,8 +218,10 @@ class ReplayPipeline:
             )
         try:
             self._arena = Arena(self.device, self.record.vaddr, self.record.va_size)
-            self._prologue = Snapshot.read(self.instance.prologue_fn)
-            self._expected = Snapshot.read(self.instance.epilogue_fn)
+            self._prologue = Snapshot.read(self.instance.checked_prologue())
+            self._expected = Snapshot.read(self.instance.checked_epilogue())
+            integrity.check_snapshot_kinds(self._prologue, self._expected, self.record_db)
+            integrity.check_prologue(self.instance, self._prologue, self.record_db, self.instance_attributes)
             if not self._expected.is_full:
                 self._expected.apply(self._prologue)
             self._state = ReplayState(self.device, self._prologue)
