@@ -206,9 +206,12 @@ def build_settings(inv: Invocation) -> dict:
     fp = [a for a in flags if a.startswith(("-ffast-math", "-fno-fast-math", "-ffp-contract", "-fgpu-", "-fno-gpu-",
                                               "-fcuda-", "-fno-cuda-", "-fdenormal"))]
     ptxas = [b for a, b in zip(flags, flags[1:]) if a == "-Xcuda-ptxas"]
+    fast = "-ffast-math" in fp
     return {"compiler": "cc", "opt_level": opt, "host_opt_level": opt, "fp_flags": fp, "ptxas": ptxas,
             "ftz": "-fgpu-flush-denormals-to-zero" in fp or "-fcuda-flush-denormals-to-zero" in fp,
-            "fast_math": "-ffast-math" in fp, "rdc": inv.is_rdc}
+            "fast_math": fast, "prec_div": not fast,
+            "prec_sqrt": False,  # clang-22 lowers sqrtf to sqrt.approx unless told otherwise (TOOLCHAIN.md)
+            "fmad": "-ffp-contract=off" not in fp, "maxrregcount": None, "rdc": inv.is_rdc}
 
 
 def _static_archives(args: Sequence[str]) -> List[str]:

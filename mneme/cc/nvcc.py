@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from mneme.cc import cmdline
-from mneme.cc.cc import BuildError, Driver
+from mneme.cc.cc import BuildError, Driver, _static_archives
 from mneme.cc.nvccflags import Input, NvccCommand, parse
 from mneme.cc.nvcctrans import Translation, cuda_version_banner
 from mneme.cc.toolchain import Toolchain, find_clang, find_ld
@@ -79,6 +79,7 @@ class NvccDriver:
         if not os.path.exists(src.path):
             raise BuildError(f"{src.path}: no such source file")
         if src.lang == "cuda":
+            self.tr.check_openmp_source(src)
             args = self.tr.cuda_args() + ["-c", src.path, "-o", obj]
             inv = cmdline.parse(args)
             drv = Driver(inv, self.tc, self.verbose)
@@ -160,7 +161,9 @@ class NvccDriver:
         with tempfile.TemporaryDirectory(prefix="mneme-nvcc-") as tmp:
             objs = self.objects(tmp)
             dl = os.path.join(tmp, f"{Path(out).name}_dlink.o")
-            extra = [dl] if self.device_link(objs, dl, tmp) else []
+            # archives named with -l take part in the device link too (their members' device code)
+            libs = [a for a in _static_archives(self.tr.link_args(objs)) if a not in objs]
+            extra = [dl] if self.device_link(objs + libs, dl, tmp) else []
             ir = []
             if not self.cmd.dryrun:
                 ir = Driver(cmdline.parse(["-o", out]), self.tc, False).archive_ir(self.tr.link_args(objs), tmp)
