@@ -89,7 +89,7 @@ def outcome(app: App, p: stage.Proc) -> Dict[str, Any]:
         if p.timed_out:
             why = f"timed out after {p.seconds:.0f} s"
         elif p.returncode == EXIT_WAIVED:
-            why = "waived (exit 2: the GPU lacks a feature)"
+            why = f"exit 2 (waived by a cuda-sample when the GPU lacks a feature): {last_line(p.output)}"
         elif p.returncode != 0:
             why = f"exit {p.returncode}: {last_line(p.output)}"
         else:
