@@ -107,6 +107,22 @@ def test_run_stage_keeps_a_budget_cut_app_remaining_and_an_error_alone():
     assert res["remaining"] == ["cut", "later"]
 
 
+def test_run_stage_saves_after_every_app_so_a_killed_call_keeps_its_work(tmp_path):
+    apps = [App(n, ".", "true", "x") for n in ("a", "b")]
+    path = tmp_path / "plain-x.json"
+    seen = []
+
+    def fn(app, budget):
+        if app.name == "b":  # the call is killed here: only a's result exists
+            seen.append(stage.read_result(path))
+        return {"n": app.name}
+
+    stage.run_stage("plain", apps, fn, stage.Budget(100), progress=lambda s: None, save=lambda r: stage.save(r, path))
+    assert list(seen[0]["apps"]) == ["a"] and seen[0]["remaining"] == ["b"] and seen[0]["stopped"] == "in progress"
+    final = stage.read_result(path)
+    assert list(final["apps"]) == ["a", "b"] and final["remaining"] == [] and final["stopped"] is None
+
+
 def test_run_stops_a_process_group_that_runs_too_long():
     p = stage.run(["bash", "-c", "sleep 30 & sleep 30; echo never"], timeout=1)
     assert p.timed_out and p.returncode is None and "never" not in p.output and p.seconds < 15

@@ -149,18 +149,19 @@ def build_app(app: App, budget: stage.Budget, corpus: Path, nvcc: str, arch: str
 
 def build_stage(apps: Sequence[App], budget: stage.Budget, corpus: Path, nvcc: str, arch: str = DEFAULT_ARCH,
                 scratch: Optional[Path] = None, bin_dir: Path = BIN, keep: bool = False,
-                argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+                argv: Optional[Sequence[str]] = None, save_path: Optional[Path] = None) -> Dict[str, Any]:
+    """The build stage; with save_path the result so far is written there after every app."""
     own = scratch is None
     scratch = Path(scratch or tempfile.mkdtemp(prefix="mneme-corpus-build-"))
+    extra = {"compiler": nvcc, "compiler_version": compiler_version(nvcc), "arch": arch, "corpus": str(corpus)}
     try:
         result = stage.run_stage("build", apps, lambda a, b: build_app(a, b, corpus, nvcc, arch, scratch, bin_dir,
-                                                                         keep=keep), budget, argv=argv)
+                                                                         keep=keep), budget, argv=argv,
+                                 save=(lambda r: stage.save({**r, **extra}, save_path)) if save_path else None)
     finally:
         if own and not keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    result.update({"compiler": nvcc, "compiler_version": compiler_version(nvcc), "arch": arch,
-                   "corpus": str(corpus)})
-    return result
+    return {**result, **extra}
 
 
 # ---- the bundle for the GPU machine ---------------------------------------------------------------

@@ -23,6 +23,8 @@ RESULTS = ROOT / ".corpus" / "results"
 DOC_JSON = ROOT / "docs" / "corpus.json"
 DOC_MD = ROOT / "docs" / "CORPUS.md"
 GPU_STAGES = ("plain", "record", "replay", "tune", "ncu")
+#: a device call runs at most 600 s; setting up the bundle takes some of it
+GPU_BUDGET_S = 480.0
 SCRIPT = "bash scripts/corpus.sh"
 
 
@@ -47,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--corpus", type=Path, default=corpus_apps.DEFAULT_CORPUS, help="corpus folder with apps.tsv")
     ap.add_argument("--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS,
                     help="where the stage result goes (default $OUT, else .corpus/results)")
-    ap.add_argument("--budget", type=float, default=None, help="seconds for the stage (GPU default 540, build 4 h)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for the stage (GPU default 480, build 4 h)")
     ap.add_argument("--tag", default="", help="suffix of the result file name")
     b = ap.add_argument_group("build / pack")
     b.add_argument("--nvcc", default=None, help="CUDA compiler for $NVCC (default: mneme-nvcc, else nvcc)")
@@ -99,10 +101,12 @@ def run_gpu_stage(args) -> Dict[str, Any]:
         "tune": lambda a, b: gpu.tune_app(a, b, ctx, args.trials, args.space, args.top, args.min_us, args.jobs),
         "ncu": lambda a, b: gpu.ncu_app(a, b, ctx, args.launch_count),
     }
-    budget = stage.Budget(args.budget or 540.0)
-    res = stage.run_stage(args.stage, selected, fns[args.stage], budget, commit_fallback=manifest.get("commit", "unknown"))
-    res["pack_commit"] = manifest.get("commit")
-    return res
+    budget = stage.Budget(args.budget or GPU_BUDGET_S)
+    path = stage.result_path(args.out, args.stage, _tag(args))
+    extra = {"pack_commit": manifest.get("commit"), "settings": _settings(args)}
+    res = stage.run_stage(args.stage, selected, fns[args.stage], budget, commit_fallback=manifest.get("commit", "unknown"),
+                          save=lambda r: stage.save({**r, **extra}, path))
+    return {**res, **extra, "_path": path}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -117,10 +121,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(f"{a.name}\t{','.join(a.features)}\t{a.binary} {a.args}")
             return 0
         if args.stage == "build":
+            path = stage.result_path(args.out, "build", _tag(args))
             res = build.build_stage(selected, stage.Budget(args.budget or 4 * 3600.0), args.corpus,
-                                    args.nvcc or default_nvcc(), args.arch, keep=args.keep)
-            return _finish(args, res)
-        built = build.built_apps([stage.read_result(f) for f in sorted(RESULTS.glob("build*.json"))])
+                                    args.nvcc or default_nvcc(), args.arch, keep=args.keep, save_path=path)
+            return _finish(args, {**res, "_path": path})
+        built = build.built_apps([stage.read_result(f) for f in sorted(args.out.glob("build*.json"))])
         if args.stage == "pack":
             m = build.pack(selected, built, max_mib=args.max_mib)
             print(f"corpus pack: {len(m['apps'])} app(s), {m['bytes'] / 2 ** 20:.1f} MiB in {build.PACK} "
@@ -145,9 +150,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 2
 
 
+def _tag(args) -> str:
+    return args.tag or (args.apps.replace(",", "+")[:60] if args.apps else "all")
+
+
+def _settings(args) -> Dict[str, Any]:
+    keys = {"plain": ("app_timeout",), "record": ("app_timeout", "max_recordings", "retime"),
+            "replay": ("max_instances",), "tune": ("trials", "space", "top", "min_us", "jobs"),
+            "ncu": ("launch_count",)}.get(args.stage, ())
+    return {k: getattr(args, k) for k in keys}
+
+
 def _finish(args, res: Dict[str, Any]) -> int:
-    tag = args.tag or (args.apps.replace(",", "+")[:60] if args.apps else "all")
-    path = stage.write_result(res, args.out, tag)
+    path = res.pop("_path", None) or stage.write_result(res, args.out, _tag(args))
     print(f"corpus {args.stage}: result in {path}")
     print(stage.remaining_line(res, SCRIPT))
     return 0

@@ -120,10 +120,12 @@ AppFn = Callable[[App, Budget], Dict[str, Any]]
 
 def run_stage(stage: str, apps: Sequence[App], fn: AppFn, budget: Budget, *, min_start: float = MIN_START_S,
               argv: Optional[Sequence[str]] = None, commit_fallback: str = "unknown",
-              progress: Callable[[str], None] = lambda s: print(s, flush=True)) -> Dict[str, Any]:
+              progress: Callable[[str], None] = lambda s: print(s, flush=True),
+              save: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
     """fn(app, budget) for each app while the budget allows; an app whose run was cut short by the
     budget (fn returns {"budget_cut": True}) counts as remaining, not as a result. An exception in fn
-    is that app's error, and the stage goes on."""
+    is that app's error, and the stage goes on. `save(result)` runs after every app (the result so far,
+    its `remaining` listing the apps not yet done), so a killed call still leaves what it finished."""
     result: Dict[str, Any] = {"stage": stage, "commit": commit(commit_fallback), "date": now_iso(), **machine(),
                               "argv": list(argv if argv is not None else sys.argv), "budget_s": budget.seconds,
                               "apps": {}, "remaining": [], "stopped": None}
@@ -146,7 +148,12 @@ def run_stage(stage: str, apps: Sequence[App], fn: AppFn, budget: Budget, *, min
         row.setdefault("stage_s", round(time.perf_counter() - t0, 2))
         result["apps"][app.name] = row
         progress(f"corpus {stage}: {app.name}: {brief(row)}")
+        if save is not None:
+            save({**result, "remaining": [a.name for a in apps[i + 1:]], "stopped": "in progress",
+                  "wall_s": round(budget.elapsed(), 2)})
     result["wall_s"] = round(budget.elapsed(), 2)
+    if save is not None:
+        save(result)
     return result
 
 
@@ -163,19 +170,27 @@ def remaining_line(result: Mapping[str, Any], script: str = "bash scripts/corpus
             f"remaining: {rest} -- continue with: {script} {result['stage']} --apps {rest}")
 
 
-def write_result(result: Mapping[str, Any], out_dir: Path, tag: str = "") -> Path:
-    """<out_dir>/<stage>[-tag].json (a new name if that exists, so nothing is overwritten)."""
+def result_path(out_dir: Path, stage: str, tag: str = "") -> Path:
+    """<out_dir>/<stage>[-tag].json, or a new name if that exists (nothing is overwritten)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    base = f"{result['stage']}{'-' + tag if tag else ''}"
+    base = f"{stage}{'-' + tag if tag else ''}"
     path = out_dir / f"{base}.json"
     n = 2
     while path.exists():
         path = out_dir / f"{base}-{n}.json"
         n += 1
+    return path
+
+
+def save(result: Mapping[str, Any], path: Path) -> Path:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+def write_result(result: Mapping[str, Any], out_dir: Path, tag: str = "") -> Path:
+    return save(result, result_path(out_dir, result["stage"], tag))
 
 
 def read_result(path: Path) -> Dict[str, Any]:
