@@ -175,6 +175,17 @@ def test_gpu_stage_cli_refuses_apps_missing_from_the_pack(tmp_path):
     assert res["apps"]["good"]["app_ok_plain"] is True and res["commit"]
 
 
+def test_gpu_chain_runs_its_stages_under_one_budget(tmp_path):
+    fake_pack(tmp_path, {"good": ("echo ok", "exit0"), "slow": ("sleep 3", "exit0")})
+    p = subprocess.run([sys.executable, "-m", "bench.corpus", "gpu", "--stages", "plain,plain", "--pack",
+                        str(tmp_path / "pack"), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "r"),
+                        "--budget", "18"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    first, second = (stage.read_result(f) for f in sorted((tmp_path / "r").glob("plain-*.json")))
+    assert set(first["apps"]) == {"good", "slow"} and first["remaining"] == []
+    assert second["stopped"] == "budget" and "--apps" in p.stdout  # 3 s gone, under 15 s left: nothing started
+
+
 # ---- build (real corpus programs, real compiler) -------------------------------------------------
 
 def test_first_error_skips_make_and_cmake_summaries():

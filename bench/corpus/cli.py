@@ -43,7 +43,8 @@ def default_nvcc() -> str:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="corpus", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("stage", choices=("build", "pack", "plan") + GPU_STAGES + ("merge", "list"))
+    ap.add_argument("stage", choices=("build", "pack", "plan") + GPU_STAGES + ("gpu", "merge", "list"),
+                    help="gpu = the stages of --stages in turn, sharing one budget")
     ap.add_argument("results", nargs="*", help="merge: stage result files or folders (default: .corpus/results)")
     ap.add_argument("--apps", help="comma-separated app names (default: all)")
     ap.add_argument("--corpus", type=Path, default=corpus_apps.DEFAULT_CORPUS, help="corpus folder with apps.tsv")
@@ -57,6 +58,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--keep", action="store_true", help="keep the scratch build folders")
     b.add_argument("--max-mib", type=float, default=build.DEFAULT_MAX_MIB, help="pack size limit (default 28)")
     g = ap.add_argument_group("GPU stages")
+    g.add_argument("--stages", default="record,replay,tune", help="gpu: the stages to chain (default record,replay,tune)")
     g.add_argument("--pack", type=Path, default=build.PACK, help="the carried pack (default .corpus/pack)")
     g.add_argument("--work", type=Path, default=gpu.WORK, help="record DBs and runs (default .corpus/work)")
     g.add_argument("--app-timeout", type=float, default=300.0, help="seconds one plain run may take")
@@ -83,7 +85,7 @@ def result_files(paths: Sequence[str]) -> List[Path]:
     return files
 
 
-def run_gpu_stage(args) -> Dict[str, Any]:
+def run_gpu_stage(args, budget: Optional[stage.Budget] = None) -> Dict[str, Any]:
     """A GPU stage over the pack's apps (the GPU machine has no corpus folder: the manifest is the list)."""
     manifest = build.read_manifest(args.pack)
     packed = [corpus_apps.App.from_dict(e) for e in manifest["apps"]]
@@ -101,7 +103,7 @@ def run_gpu_stage(args) -> Dict[str, Any]:
         "tune": lambda a, b: gpu.tune_app(a, b, ctx, args.trials, args.space, args.top, args.min_us, args.jobs),
         "ncu": lambda a, b: gpu.ncu_app(a, b, ctx, args.launch_count),
     }
-    budget = stage.Budget(args.budget or GPU_BUDGET_S)
+    budget = budget or stage.Budget(args.budget or GPU_BUDGET_S)
     path = stage.result_path(args.out, args.stage, _tag(args))
     extra = {"pack_commit": manifest.get("commit"), "settings": _settings(args)}
     res = stage.run_stage(args.stage, selected, fns[args.stage], budget, commit_fallback=manifest.get("commit", "unknown"),
@@ -114,6 +116,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.stage in GPU_STAGES:
             return _finish(args, run_gpu_stage(args))
+        if args.stage == "gpu":
+            return chain(args)
         all_apps = corpus_apps.load(args.corpus)
         selected = corpus_apps.select(all_apps, corpus_apps.parse_names(args.apps))
         if args.stage == "list":
@@ -148,6 +152,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"corpus {args.stage}: error: {e}", file=sys.stderr)
         return 2
     return 2
+
+
+def chain(args) -> int:
+    """The stages of --stages in turn under one budget; a later stage runs on the apps the earlier finished."""
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    bad = [s for s in stages if s not in GPU_STAGES]
+    if bad:
+        raise corpus_apps.CorpusError(f"--stages: not a GPU stage: {', '.join(bad)} (choose from {', '.join(GPU_STAGES)})")
+    budget = stage.Budget(args.budget or GPU_BUDGET_S)
+    for st in stages:
+        args.stage = st
+        res = run_gpu_stage(args, budget)
+        _finish(args, res)
+        if not res["apps"]:
+            break
+        args.apps = ",".join(res["apps"])
+    return 0
 
 
 def _tag(args) -> str:
