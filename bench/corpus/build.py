@@ -111,9 +111,10 @@ def strip_copy(binary: Path, dest: Path) -> Dict[str, Any]:
 
 
 def compiler_version(nvcc: str) -> str:
+    """`$NVCC --version`, its lines joined (nvcc's first names the driver, its last the build)."""
     p = stage.run([nvcc, "--version"], timeout=60)
-    lines = [x for x in p.output.splitlines() if x.strip()]
-    return lines[-1].strip() if lines else f"({nvcc} --version failed)"
+    lines = [x.strip() for x in p.output.splitlines() if x.strip()]
+    return " / ".join(lines)[:400] if lines else f"({nvcc} --version failed)"
 
 
 def build_app(app: App, budget: stage.Budget, corpus: Path, nvcc: str, arch: str, scratch: Path,
