@@ -25,7 +25,9 @@ from bench.corpus.apps import App  # noqa: E402
 FIXTURES = ROOT / "tests" / "fixtures"
 CORPUS = capps.DEFAULT_CORPUS
 needs_corpus = pytest.mark.skipif(not (CORPUS / "apps.tsv").is_file(), reason=f"no corpus at {CORPUS}")
-NVCC = os.environ.get("MNEME_CORPUS_NVCC") or shutil.which("mneme-nvcc") or shutil.which("nvcc")
+_VENV_NVCC = Path(sys.executable).parent / "mneme-nvcc"
+NVCC = (os.environ.get("MNEME_CORPUS_NVCC") or shutil.which("mneme-nvcc")
+        or (str(_VENV_NVCC) if _VENV_NVCC.exists() else None) or shutil.which("nvcc"))
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no CUDA compiler on PATH")
 
 
