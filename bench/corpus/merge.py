@@ -149,6 +149,8 @@ def derive(app: Dict[str, Any]) -> Dict[str, Any]:
             if i.get("fidelity"):
                 fid.append(round(float(i["fidelity"]), 4))
             ref = i.get("ncu_ns") or k.get("ncu_ns")
+            if ref and i.get("in_app_ns"):
+                i["in_app_vs_ncu"] = round(i["in_app_ns"] / ref, 4)
             if ref and i.get("replay_ns"):
                 i["fidelity_ncu"] = round(i["replay_ns"] / ref, 4)
                 fid_ncu.append(i["fidelity_ncu"])

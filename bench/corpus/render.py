@@ -53,6 +53,10 @@ def misses(app: Dict[str, Any]) -> List[str]:
         out.append(why)
     for k, reason in app.get("not_replayable", {}).items():
         out.append(f"kernel `{k}` not replayable: {reason}")
+    for k in app["kernels"]:
+        if k.get("verified") is False and (k.get("demangled") or k["name"]) not in app.get("not_replayable", {}):
+            st = sorted({i.get("status") for i in k.get("instances", []) if i.get("status") not in (None, "verified")})
+            out.append(f"kernel `{k.get('demangled') or k['name']}` replayed but not verified: {', '.join(st)}")
     for st, err in (app.get("stage_errors") or {}).items():
         out.append(f"stage {st} raised: {err}")
     if app.get("tune_note") and "tune" in app["stages"]:
@@ -65,7 +69,9 @@ def stamps(app: Dict[str, Any]) -> str:
 
 
 def render(doc: Dict[str, Any]) -> str:
-    lines = [HEADER, f"GPU: {doc.get('gpu') or '-'}, driver {doc.get('driver') or '-'}.", "",
+    compilers = sorted({a["compiler"] for a in doc["apps"] if a.get("compiler")})
+    lines = [HEADER, f"GPU: {doc.get('gpu') or '-'}, driver {doc.get('driver') or '-'}. "
+             f"Compiler ($NVCC): {'; '.join(compilers) or '-'}.", "",
              "```", doc.get("summary", ""), "```", "", "## Programs", "",
              "| app | built | plain | recorded | recorded ok | kernels rec / replayable / verified | "
              "record overhead | fidelity (median, n) | fidelity_ncu | tune verified | best speedup | stages |",
