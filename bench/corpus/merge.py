@@ -198,7 +198,11 @@ def summary(doc: Dict[str, Any]) -> str:
     """The campaign's one line (the script prints it; docs/CORPUS.md starts with it)."""
     apps = doc["apps"]
     n = len(apps)
-    parts = [f"{sum(1 for a in apps if a['built_unmodified'])}/{n} built unmodified"]
+    if not any(a["stages"] for a in apps):
+        return "corpus: no stage has run yet"
+    nb = sum(1 for a in apps if "build" in a["stages"])
+    parts = [f"{sum(1 for a in apps if a['built_unmodified'])}/{n} built unmodified"
+             + (f" ({n - nb} not built yet)" if nb < n else "")]
     if any("plain" in a["stages"] or "record" in a["stages"] for a in apps):
         ok = sum(1 for a in apps if a["recorded"] and a["app_ok_plain"] and a["app_ok_recorded"])
         parts.append(f"{ok}/{n} recorded ok (success check plain and recorded, >= 1 kernel with IR)")
