@@ -386,7 +386,7 @@ def test_merge_folds_every_stage_and_derives_the_app_figures():
     assert a["stages"]["record"] == {"commit": "c2", "date": "2026-12-02T11:00:00"} and set(a["stages"]) == {
         "build", "record", "replay", "tune", "ncu", "apply"}
     assert b["built_unmodified"] is False and b["kernels_recorded"] is None and c["stages"] == {}
-    assert doc["summary"].startswith("corpus: 1/3 built unmodified, 1/3 recorded ok")
+    assert doc["summary"].startswith("corpus: 1/3 built unmodified (1 not built yet), 1/3 recorded ok")
     assert "fidelity median 1.020 over 1 instances" in doc["summary"] and "geomean 1.200" in doc["summary"]
 
 
@@ -419,7 +419,7 @@ def test_schema_requires_the_issue_fields():
 
 def test_render_shows_each_app_and_each_miss_with_its_cause():
     md = render.render(merge.merge(None, synthetic(), ["A", "B", "C"]))
-    assert md.startswith("# Corpus campaign") and "corpus: 1/3 built unmodified" in md
+    assert md.startswith("# Corpus campaign") and "corpus: 1/3 built unmodified (1 not built yet)" in md
     assert "| A | yes | yes | yes | yes | 2 / 1 / 1 | 1.50x |" in md
     assert "- **B**: build failed: nvcc fatal : bad flag" in md
     assert "- **A**: kernel `q()` not replayable: cooperative launch" in md
