@@ -118,6 +118,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _finish(args, run_gpu_stage(args))
         if args.stage == "gpu":
             return chain(args)
+        if args.stage == "merge":
+            return merge_cli(args)
         all_apps = corpus_apps.load(args.corpus)
         selected = corpus_apps.select(all_apps, corpus_apps.parse_names(args.apps))
         if args.stage == "list":
@@ -137,21 +139,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 0
         if args.stage == "plan":
             return plan(selected, built, args.max_mib)
-        if args.stage == "merge":
-            files = result_files(args.results)
-            results = [stage.read_result(f) for f in files]
-            doc = merge.merge(merge.load_doc(args.json), results, [a.name for a in all_apps])
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            import json
-            args.json.write_text(json.dumps(doc, indent=1) + "\n")
-            args.md.write_text(render.render(doc))
-            print(f"corpus merge: {len(results)} stage result(s) into {args.json} and {args.md}")
-            print(doc["summary"])
-            return 0
     except (corpus_apps.CorpusError, FileNotFoundError, ValueError) as e:
         print(f"corpus {args.stage}: error: {e}", file=sys.stderr)
         return 2
     return 2
+
+
+def merge_cli(args) -> int:
+    import json
+
+    try:
+        names = [a.name for a in corpus_apps.load(args.corpus)]
+    except corpus_apps.CorpusError as e:
+        names = []
+        print(f"corpus merge: {e}; listing only the apps in the results", file=sys.stderr)
+    files = result_files(args.results)
+    results = [stage.read_result(f) for f in files]
+    doc = merge.merge(merge.load_doc(args.json), results, names)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    args.md.write_text(render.render(doc))
+    print(f"corpus merge: {len(results)} stage result(s) into {args.json} and {args.md}")
+    print(doc["summary"])
+    return 0
 
 
 def chain(args) -> int:
