@@ -370,6 +370,14 @@ def tune_app(app: App, budget: stage.Budget, ctx: Ctx, trials: int = 30, space: 
 
 # ---- ncu -----------------------------------------------------------------------------------------
 
+def ncu_path() -> str:
+    """ncu on PATH, else the CUDA root's (the GPU machine's PATH may lack /usr/local/cuda/bin)."""
+    for c in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if c and Path(c).exists():
+            return c
+    return "ncu"
+
+
 def ncu_argv(exe: Path, args: Sequence[str], launch_count: int, ncu: str = "ncu") -> List[str]:
     return [ncu, "--clock-control", "none", "--cache-control", "none", "--metrics", NCU_METRIC, "--csv",
             "--print-units", "base", "--print-kernel-base", "mangled", "--launch-count", str(launch_count),
@@ -402,7 +410,7 @@ def parse_ncu_csv(output: str) -> Dict[str, Dict[str, Any]]:
 
 def ncu_app(app: App, budget: stage.Budget, ctx: Ctx, launch_count: int = 300, timeout: float = 420.0) -> Dict[str, Any]:
     limit = budget.cap(timeout)
-    p = stage.run(ncu_argv(ctx.exe(app), app.argv, launch_count), timeout=limit, cwd=ctx.run_dir(app, "ncu"))
+    p = stage.run(ncu_argv(ctx.exe(app), app.argv, launch_count, ncu_path()), timeout=limit, cwd=ctx.run_dir(app, "ncu"))
     if _cut(p, limit, timeout):
         return {"budget_cut": True}
     o = outcome(app, p)
