@@ -242,10 +242,11 @@ def test_strip_keeps_the_embedded_ir(tmp_path):
 
 
 def test_plan_groups_fit_the_limit():
-    groups = build.plan_groups({"a": 20, "b": 15, "c": 10, "d": 40, "e": 5}, 30)
-    assert sorted(n for g in groups for n in g) == ["a", "b", "c", "d", "e"]
-    sizes = {"a": 20, "b": 15, "c": 10, "d": 40, "e": 5}
-    assert all(sum(sizes[n] for n in g) <= 30 or len(g) == 1 for g in groups)
+    sizes = {"a": 20, "b": 15, "c": 10, "d": 40, "e": 5, "f": 1}
+    groups = build.plan_groups(sizes, 30)
+    assert sorted(n for g in groups for n in g) == sorted(sizes)
+    assert all(sum(sizes[n] for n in g) <= 30 or len(g) == 1 for g in groups) and ["d"] in groups
+    assert all(len(g) <= 2 for g in build.plan_groups(sizes, 30, max_apps=2))
 
 
 # ---- GPU stages: commands and parsers against the real mneme CLI and the fixtures ----------------

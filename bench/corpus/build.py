@@ -176,17 +176,14 @@ def built_apps(build_results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, A
     return {n: r for n, r in rows.items() if r.get("built_unmodified")}
 
 
-def plan_groups(sizes: Dict[str, int], max_bytes: float) -> List[List[str]]:
-    """Apps grouped (in the given order, first fit) so that each group's binaries fit `max_bytes`."""
+def plan_groups(sizes: Dict[str, int], max_bytes: float, max_apps: int = 0) -> List[List[str]]:
+    """Apps grouped (in the given order, first fit) so that each group's binaries fit `max_bytes` and a
+    group holds at most `max_apps` apps (0: no limit); an app bigger than the limit is a group alone."""
     groups: List[List[str]] = []
     totals: List[int] = []
     for name, size in sizes.items():
-        if size > max_bytes:
-            groups.append([name])
-            totals.append(size)
-            continue
         for i, t in enumerate(totals):
-            if t + size <= max_bytes and totals[i] <= max_bytes:
+            if t + size <= max_bytes and (not max_apps or len(groups[i]) < max_apps):
                 groups[i].append(name)
                 totals[i] += size
                 break

@@ -57,6 +57,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--arch", default=build.DEFAULT_ARCH, help="$CUDA_ARCH (default 90: H200)")
     b.add_argument("--keep", action="store_true", help="keep the scratch build folders")
     b.add_argument("--max-mib", type=float, default=build.DEFAULT_MAX_MIB, help="pack size limit (default 28)")
+    b.add_argument("--per-call", type=int, default=4, help="plan: apps per device call (default 4)")
     g = ap.add_argument_group("GPU stages")
     g.add_argument("--stages", default="record,replay,tune", help="gpu: the stages to chain (default record,replay,tune)")
     g.add_argument("--pack", type=Path, default=build.PACK, help="the carried pack (default .corpus/pack)")
@@ -138,7 +139,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"(carry '.corpus/pack' with '.bundle'); not built: {', '.join(m['not_built']) or 'none'}")
             return 0
         if args.stage == "plan":
-            return plan(selected, built, args.max_mib)
+            return plan(selected, built, args.max_mib, args.per_call)
     except (corpus_apps.CorpusError, FileNotFoundError, ValueError) as e:
         print(f"corpus {args.stage}: error: {e}", file=sys.stderr)
         return 2
@@ -199,12 +200,21 @@ def _finish(args, res: Dict[str, Any]) -> int:
     return 0
 
 
-def plan(selected, built: Dict[str, Dict[str, Any]], max_mib: float) -> int:
-    """The device calls for the GPU stages: app groups whose binaries fit one call's carry."""
+def plan(selected, built: Dict[str, Dict[str, Any]], max_mib: float, per_call: int) -> int:
+    """The device calls for the GPU stages: app groups whose binaries fit one call's carry, each call
+    written out as the coordinator runs it."""
     sizes = {a.name: built[a.name]["stripped_bytes"] for a in selected if a.name in built}
-    groups = build.plan_groups(sizes, max_mib * 2 ** 20)
-    print(f"corpus plan: {len(sizes)} built app(s) in {len(groups)} pack(s) of <= {max_mib} MiB")
+    groups = build.plan_groups(sizes, max_mib * 2 ** 20, per_call)
+    print(f"corpus plan: {len(sizes)} built app(s) in {len(groups)} group(s) of <= {max_mib} MiB and <= {per_call} apps"
+          f"; not built: {', '.join(a.name for a in selected if a.name not in built) or 'none'}")
+    carry = '[".bundle", ".corpus/pack"]'
     for i, g in enumerate(groups, 1):
         mib = sum(sizes[n] for n in g) / 2 ** 20
-        print(f"  pack {i} ({mib:.1f} MiB): {SCRIPT} pack --apps {','.join(g)}")
+        apps = ",".join(g)
+        print(f"group {i} ({mib:.1f} MiB):")
+        print(f"  here:  {SCRIPT} pack --apps {apps}")
+        print(f'  GPU:   run(command="{SCRIPT} gpu --apps {apps}", carry={carry}, timeout_s=600)')
+        print(f'  GPU:   run(command="{SCRIPT} ncu --apps {apps}", carry={carry}, timeout_s=600)')
+    print(f"then here: {SCRIPT} merge FILES_AT/*.json   (each call's files; a stage that stopped early prints its "
+          f"--apps to continue with)")
     return 0
