@@ -355,7 +355,7 @@ def synthetic():
         result("build", {"A": {"built_unmodified": True, "build_error": None, "ir_kernels": ["_Z1kPf"]},
                          "B": {"built_unmodified": False, "build_error": "nvcc fatal : bad flag"}}, "2026-12-02T10:00:00"),
         result("record", {"A": {"app_ok_plain": True, "plain_s": 2.0, "app_ok_recorded": True, "record_s": 3.0,
-                                "recorded": True, "record_overhead": 1.5, "kernels": [KERNEL, NR_KERNEL]}},
+                                "recorded": True, "record_overhead": 1.5, "record_added_s": 1.0, "kernels": [KERNEL, NR_KERNEL]}},
                "2026-12-02T11:00:00", commit="c2"),
         result("replay", {"A": {"replay": [{"name": "_Z1kPf", "replayed": [
             {"id": "i1", "in_app_ns": 5e4, "status": "verified", "replay_ns": 5.1e4, "fidelity": 1.02},
@@ -388,7 +388,9 @@ def test_merge_folds_every_stage_and_derives_the_app_figures():
         "build", "record", "replay", "tune", "ncu", "apply"}
     assert b["built_unmodified"] is False and b["kernels_recorded"] is None and c["stages"] == {}
     assert doc["summary"].startswith("corpus: 1/3 built unmodified (1 not built yet), 1/3 recorded ok")
-    assert "fidelity median 1.020 over 1 instances" in doc["summary"] and "geomean 1.200" in doc["summary"]
+    assert "fidelity median 1.020 over 1 instances >= 20 us (1 within 3 %, 1 within 5 %)" in doc["summary"]
+    assert "record overhead median 1.50x, worst 1.50x (1 apps >= 1 s plain)" in doc["summary"]
+    assert "geomean 1.200" in doc["summary"]
 
 
 def test_merge_a_later_stage_keeps_the_others_results():
