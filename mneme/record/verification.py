@@ -363,6 +363,8 @@ class Verdict:
     buffers: List[BufferVerdict] = field(default_factory=list)
     layout: List[str] = field(default_factory=list)
     calibration: str = ""
+    #: what could not be compared and does not count against the verdict (variables optimized away)
+    skipped: List[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -387,6 +389,7 @@ class Verdict:
         if self.calibration:
             lines.append(f"  {self.calibration}")
         lines += [f"  FAIL {d}" for d in self.layout]
+        lines += [f"  skipped {d}" for d in self.skipped]
         shown = self.failures + [b for b in self.buffers if b.passed]
         lines += [f"  {b}" for b in shown[:24]]
         if len(shown) > 24:
