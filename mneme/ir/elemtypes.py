@@ -5,7 +5,9 @@ tolerance; both need to know whether the bytes behind `float *out` are floats. W
 the parameter type says only `ptr`, so this follows each pointer parameter through the kernel after
 `always-inline,function(sroa)` (which removes clang's parameter allocas and inlines atomicAdd & co.):
 every value derived from it by getelementptr, phi, select, addrspacecast or bitcast belongs to it,
-and the types of the loads, stores and atomics through those values are its element types.
+and the types of the loads, stores and atomics through those values are its element types. A
+derived pointer passed to a defined function (atomicAdd, a helper) is followed into that function's
+parameter, a few calls deep.
 
 `pointer_elem_types(mod, kernel)` -> {parameter index: "f32" | "f64" | "i32" | ... | "mixed"}; a
 parameter that is never dereferenced in the kernel is absent.
@@ -26,6 +28,8 @@ IR_ELEMS = {"float": "f32", "double": "f64", "half": "f16", "bfloat": "bf16",
             "i8": "u8", "i16": "i16", "i32": "i32", "i64": "i64"}
 #: the element type of a parameter whose accesses disagree
 MIXED = "mixed"
+#: how many calls deep a pointer is followed
+DEPTH = 4
 
 _NAME = r"(%[-\w.$]+|%\"[^\"]+\")"
 _DEF = re.compile(r"^\s*" + _NAME + r"\s*=\s*(.*)$")
@@ -33,6 +37,7 @@ _DERIVE = re.compile(r"^(getelementptr|phi|select|addrspacecast|bitcast|freeze)\
 _LOAD = re.compile(r"^load (?:atomic )?(?:volatile )?([^,]+), ptr(?: addrspace\(\d+\))? " + _NAME)
 _STORE = re.compile(r"^\s*store (?:atomic )?(?:volatile )?(\S+) [^,]+, ptr(?: addrspace\(\d+\))? " + _NAME)
 _RMW = re.compile(r"^atomicrmw (?:volatile )?\w+ ptr(?: addrspace\(\d+\))? " + _NAME + r", (\S+) ")
+_CALL = re.compile(r"call [^@]*@(\"[^\"]+\"|[-\w.$]+)\(")
 _CMPXCHG = re.compile(r"^cmpxchg (?:weak )?(?:volatile )?ptr(?: addrspace\(\d+\))? " + _NAME + r", (\S+) ")
 
 
@@ -66,18 +71,59 @@ def pointer_elem_types(mod: llvm.ModuleRef, kernel: str) -> Dict[int, str]:
     params = [(i, a.name) for i, a in enumerate(fn.arguments) if a.type.is_pointer]
     if not params:
         return {}
-    lines = _body(_simplified(mod, kernel), kernel)
+    simple = _simplified(mod, kernel)
+    lines = _body(simple, kernel)
     out: Dict[int, str] = {}
     for index, name in params:
         if not name:
             continue
-        found = _access_types(lines, "%" + name)
+        found = _access_types(simple, lines, "%" + name, DEPTH)
         if found:
             out[index] = found.pop() if len(found) == 1 else MIXED
     return out
 
 
-def _access_types(lines: List[str], root: str) -> Set[str]:
+def _split_args(text: str) -> List[str]:
+    """The top-level comma-separated items of a call's argument list."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+            if depth < 0:
+                break
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        out.append("".join(cur).strip())
+    return out
+
+
+def _callee_types(mod: llvm.ModuleRef, line: str, derived: Set[str], depth: int) -> Set[str]:
+    m = _CALL.search(line)
+    if not m or depth <= 0:
+        return set()
+    try:
+        fn = mod.get_function(m.group(1).strip('"'))
+    except NameError:
+        return set()
+    if fn.is_declaration:
+        return set()
+    names = [a.name for a in fn.arguments]
+    types: Set[str] = set()
+    body = None
+    for pos, arg in enumerate(_split_args(line[m.end():])):
+        if pos < len(names) and names[pos] and arg.split()[-1:] and arg.split()[-1] in derived:
+            body = body or str(fn).splitlines()
+            types |= _access_types(mod, body, "%" + names[pos], depth - 1)
+    return types
+
+
+def _access_types(mod: llvm.ModuleRef, lines: List[str], root: str, depth: int) -> Set[str]:
     derived = {root}
     changed = True
     while changed:  # phis may refer forward: iterate to a fixed point
@@ -104,4 +150,6 @@ def _access_types(lines: List[str], root: str) -> Set[str]:
             e = _elem(hit.group(1))
             if e:
                 types.add(e)
+        if " call " in f" {rhs} " or rhs.startswith(("call ", "tail call ")):
+            types |= _callee_types(mod, rhs, derived, depth)
     return types
