@@ -131,6 +131,13 @@ def test_non_float_varying_bytes_are_exact_unless_shown_to_be_scratch(vecadd, tm
     assert "skipped 4 B as scratch (poison run" in str(judge(epi, runs[0], pols))
     # a byte outside the scratch range still fails
     assert not judge(epi, state(tmp_path, "s2", epi, {c: {2: 123.0, 9: 1.0}}), pols).passed
+    # shown for the whole buffer (a poison run over all of it): all of it is skipped
+    size = epi.find_blob(c).size
+    cal.scratch_ranges[("blob", c)] = [(0, size)]
+    pols = policies(epi, names=names, calibration=cal)
+    pc = next(p for p in pols if p.key == ("blob", c))
+    assert pc.how == "scratch" and not pc.checks
+    assert judge(epi, state(tmp_path, "s3", epi, {c: {2: 123.0, 9: 1.0}}), pols).passed
 
 
 def test_annotations_and_replay_tolerances_keep_precedence(vecadd, tmp_path):

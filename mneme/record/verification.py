@@ -145,8 +145,9 @@ class Calibration:
     varying: Dict[Key, List[Tuple[int, int]]] = field(default_factory=dict)
     spread: Dict[Key, float] = field(default_factory=dict)
     elem: Dict[Key, str] = field(default_factory=dict)
-    #: buffers whose varying bytes were shown to be scratch: key -> evidence
+    #: buffers shown to be scratch: key -> evidence, and the byte ranges skipped (default: the varying ones)
     scratch: Dict[Key, str] = field(default_factory=dict)
+    scratch_ranges: Dict[Key, List[Tuple[int, int]]] = field(default_factory=dict)
 
     @classmethod
     def learn(cls, expected: Snapshot, runs: Sequence[Snapshot], types: Optional[Mapping[Key, str]] = None,
@@ -307,8 +308,9 @@ def _rules(p: BufferPolicy, base: int, size: int, cal: Optional[Calibration], fl
         return _cover(k, base, size, ranges, lambda o, n: cal_tol.check(k, base, o, n))
     n_vary = sum(n for _, n in varying)
     if cal and k in cal.scratch:
-        p.how, p.skipped, p.evidence = "exact+scratch", list(varying), cal.scratch[k]
-        return _cover(k, base, size, varying, None)
+        skipped = list(cal.scratch_ranges.get(k, varying))
+        p.how, p.skipped, p.evidence = ("scratch" if skipped == [(0, size)] else "exact+scratch"), skipped, cal.scratch[k]
+        return _cover(k, base, size, skipped, None)
     p.how = "exact"
     what = f"{elem} buffer" if elem else "buffer of unknown element type"
     p.note = (f"{n_vary} B of this {what} vary between identical runs ({cal.states} runs) and could not be shown "

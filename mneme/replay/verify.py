@@ -110,33 +110,39 @@ class Verifier:
         return cal
 
     def _scratch_evidence(self, cal: Calibration, mod: Any, fn: Any, launch) -> None:
-        from mneme.device.memory import fill
-
-        pipe = self.pipe
+        """Varying bytes of non-float blobs are scratch if a run with them poisoned leaves every other
+        byte as the plan expects: first the whole blobs (skipped entirely), else only the varying bytes."""
         candidates = [k for k in cal.varying if k not in cal.elem and k[0] == "blob"]
         if not candidates:
             return
+        sizes = {("blob", b.addr): b.size for b in self.pipe._expected.blobs}
+        for what, ranges in (("the whole buffer", {k: [(0, sizes[k])] for k in candidates}),
+                             ("its varying bytes", {k: cal.varying[k] for k in candidates})):
+            if self._poison_run(cal, ranges, mod, fn, launch):
+                for k in candidates:
+                    n = sum(length for _, length in cal.varying[k])
+                    cal.scratch[k] = (f"{n} B differed across {cal.states} identical runs; a run with {what} "
+                                      f"poisoned (0x{POISON:02X}) before the launch left every other byte as expected")
+                    cal.scratch_ranges[k] = ranges[k]
+                return
+
+    def _poison_run(self, cal: Calibration, ranges: Dict[Key, list], mod: Any, fn: Any, launch) -> bool:
+        from mneme.device.memory import fill
+
+        pipe, s = self.pipe, self.pipe.settings
         trial = Calibration(cal.states, cal.margin, dict(cal.varying), dict(cal.spread), dict(cal.elem),
-                            {k: "candidate" for k in candidates})
-        s = pipe.settings
+                            {k: "candidate" for k in ranges}, dict(ranges))
         plan = plan_of(policies(pipe._expected, types=self.types, names=self.names, calibration=trial,
                                 float_rtol=s.float_rtol, atol=s.atol, rtol=s.rtol, tol_type=s.tol_type))
         try:
             pipe._state.reset_all(mod)
-            poisoned = 0
-            for k in candidates:
-                for off, n in cal.varying[k]:
+            for k, rs in ranges.items():
+                for off, n in rs:
                     fill(k[1] + off, POISON, n)
-                    poisoned += n
             fn.launch(*launch, pipe._prologue.args)
-            report = pipe._state.verify(pipe._expected, plan, mod)
+            return bool(pipe._state.verify(pipe._expected, plan, mod).equal)
         finally:
             pipe._state.reset_all(mod)
-        if report.equal:
-            for k in candidates:
-                n = sum(length for _, length in cal.varying[k])
-                cal.scratch[k] = (f"its {n} varying B differed across {cal.states} identical runs, and a run with "
-                                  f"them poisoned (0x{POISON:02X}) before the launch left every other byte as expected")
 
     # -- judging a run
     def judge(self, mod: Any) -> Verdict:
@@ -153,8 +159,9 @@ class Verifier:
         expected.update({("variable", v.name): v.contents for v in pipe._expected.variables})
         for p in self.policies:
             results = by_key.get(p.key)
-            if results is None:
+            if results is None and p.checks:
                 continue  # a layout problem or a variable the module lacks (report.skipped)
+            results = results or []  # a buffer skipped whole as scratch
             ok = all(r.equal for r in results)
             tolerant = [r for r in results if not r.check.exact]
             bv = BufferVerdict(p, passed=ok, mismatches=sum(r.mismatches for r in results),
