@@ -164,6 +164,8 @@ def summary(pipe, config: ExperimentConfiguration, r: ExperimentResult) -> str:
             lines.append(f"fidelity   {r.fidelity:.3f}  (replay median / in-app median {_us(inapp)})")
     else:
         lines.append(f"run        {r.status}")
+    if r.verified and r.verification:
+        lines.append("verify     " + r.verification.replace("\n", "\n           "))
     if r.error:
         lines.append(f"error      {r.error}")
     return "\n".join(lines)
