@@ -17,7 +17,7 @@ __global__ void queueSquare(const float *in, float *out, int *owner, unsigned *n
     __syncthreads();  // everyone has read `chunk` before thread 0 takes the next one
     if (c >= (unsigned)nchunks) break;
     const int i = (int)c * blockDim.x + threadIdx.x;
-    out[i] = in[i] * in[i] + 1.0f;
+    out[i] = 2.0f * in[i] + 1.0f;  // exact in float, contracted or not
     owner[i] = blockIdx.x;
   }
 }
@@ -45,17 +45,13 @@ int main(int argc, char **argv) {
   CHECK_LAUNCH();
   CHECK(cudaMemcpy(hout, out, n * sizeof(float), cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(hown, owner, n * sizeof(int), cudaMemcpyDeviceToHost));
-  int busiest = 0;
-  int *per = (int *)calloc(grid, sizeof(int));
   for (int i = 0; i < n; ++i) {
-    if (hout[i] != hin[i] * hin[i] + 1.0f || hown[i] < 0 || hown[i] >= grid) {
+    if (hout[i] != 2.0f * hin[i] + 1.0f || hown[i] < 0 || hown[i] >= grid) {
       fprintf(stderr, "workqueue: item %d: out %g owner %d\n", i, hout[i], hown[i]);
       return 1;
     }
-    if (++per[hown[i]] > busiest) busiest = per[hown[i]];
   }
   print_checksum(checksum_of(hout, n));
-  printf("busiest block did %d items (%.2fx the mean)\n", busiest, (double)busiest * grid / n);
   CHECK(cudaFree(in));
   CHECK(cudaFree(out));
   CHECK(cudaFree(owner));
@@ -63,6 +59,5 @@ int main(int argc, char **argv) {
   free(hin);
   free(hout);
   free(hown);
-  free(per);
   return 0;
 }
