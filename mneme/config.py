@@ -173,7 +173,7 @@ class MeasurementSettings:
     #: exactly); those bytes are then compared with (1 + verify_margin) * the observed spread, or skipped
     #: when replay shows they are scratch
     verify_runs: int = 0
-    verify_margin: float = 1.0
+    verify_margin: float = 3.0
     #: relative tolerance for float buffers (element type from the IR): outputs that only round
     #: differently under other compile settings (fast-math, FMA contraction)
     float_rtol: Optional[float] = None

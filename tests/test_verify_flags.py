@@ -20,7 +20,7 @@ def test_every_verify_flag_is_a_measurement_field():
     assert [name for _, name, _, _ in replay_cli.VERIFY_FLAGS] == ["verify_runs", "verify_margin", "float_rtol"]
     assert all(name in names for _, name, _, _ in replay_cli.VERIFY_FLAGS)
     d = MeasurementSettings()
-    assert (d.verify_runs, d.verify_margin, d.float_rtol) == (0, 1.0, None)
+    assert (d.verify_runs, d.verify_margin, d.float_rtol) == (0, 3.0, None)
 
 
 def test_mneme_replay_flags_set_the_settings():
@@ -29,7 +29,7 @@ def test_mneme_replay_flags_set_the_settings():
     s = replay_cli.settings_from_args(p.parse_args(["-rdb", "r.json", *ARGV]))
     assert (s.verify_runs, s.verify_margin, s.float_rtol) == (3, 0.5, 1e-6)
     s = replay_cli.settings_from_args(p.parse_args(["-rdb", "r.json"]))
-    assert (s.verify_runs, s.verify_margin, s.float_rtol) == (0, 1.0, None)
+    assert (s.verify_runs, s.verify_margin, s.float_rtol) == (0, 3.0, None)
 
 
 def test_mneme_tune_flags_reach_the_trials_settings():
@@ -46,6 +46,6 @@ def test_the_hydra_config_sets_the_same_fields():
         cfg = compose("config", overrides=["+experiment=launch_search", "record.db=r.json", "measure.verify_runs=2",
                                            "measure.float_rtol=1e-5"])
     s = schema.settings(cfg.measure)
-    assert (s.verify_runs, s.verify_margin, s.float_rtol) == (2, 1.0, 1e-5)
+    assert (s.verify_runs, s.verify_margin, s.float_rtol) == (2, 3.0, 1e-5)
     t = schema.tune_options(cfg).settings()
-    assert (t.verify_runs, t.verify_margin, t.float_rtol) == (2, 1.0, 1e-5)
+    assert (t.verify_runs, t.verify_margin, t.float_rtol) == (2, 3.0, 1e-5)

@@ -116,8 +116,13 @@ def test_float_rtol_accepts_rounding_and_reports_the_error(vecadd, tmp_path):
 
 def test_non_float_varying_bytes_are_exact_unless_shown_to_be_scratch(vecadd, tmp_path):
     _, _, epi, _, names, c = vecadd
-    runs = [state(tmp_path, "s1", epi, {c: {2: 123.0}})]
+    # the recording holds c[2] = e2; the replays disagree on it in every byte (as ints they are 2 and -3)
+    e2 = epi.find_blob(c).contents[8:12]
+    runs = [state(tmp_path, "s1", epi, {c: {2: 123.0}}), state(tmp_path, "s1b", epi, {c: {2: -1.5e-30}})]
+    assert all(x != y for x, y in zip(runs[0].find_blob(c).contents[8:12], runs[1].find_blob(c).contents[8:12]))
+    assert bytes(e2) != bytes(runs[0].find_blob(c).contents[8:12])
     cal = Calibration.learn(epi, runs, {})  # no element types: nothing is known to be a float
+    assert cal.varying[("blob", c)] == [(8, 4)] and not cal.replay_differs
     pols = policies(epi, names=names, calibration=cal)
     pc = next(p for p in pols if p.key == ("blob", c))
     assert pc.how == "exact" and "could not be shown to be scratch" in pc.note
@@ -138,6 +143,22 @@ def test_non_float_varying_bytes_are_exact_unless_shown_to_be_scratch(vecadd, tm
     pc = next(p for p in pols if p.key == ("blob", c))
     assert pc.how == "scratch" and not pc.checks
     assert judge(epi, state(tmp_path, "s3", epi, {c: {2: 123.0, 9: 1.0}}), pols).passed
+
+
+def test_replays_that_agree_with_each_other_but_not_with_the_recording_are_not_nondeterminism(vecadd, tmp_path):
+    _, _, epi, types, names, c = vecadd
+    e7 = value(epi, c, 7)
+    runs = [state(tmp_path, f"d{i}", epi, {c: {7: e7 + 0.5}}) for i in range(3)]
+    cal = Calibration.learn(epi, runs, types)
+    assert not cal.varying and cal.replay_differs == {("blob", c): 4}
+    assert "differ from the recording in every replay" in cal.summary()
+    pols = policies(epi, types=types, names=names, calibration=cal)
+    pc = next(p for p in pols if p.key == ("blob", c))
+    assert pc.how == "exact" and "not nondeterminism" in pc.note
+    v = judge(epi, runs[0], pols, cal.summary())
+    assert not v.passed and "[7] expected" in str(v)
+    with pytest.raises(ValueError, match="at least 2 baseline replays"):
+        Calibration.learn(epi, runs[:1], types)
 
 
 def test_annotations_and_replay_tolerances_keep_precedence(vecadd, tmp_path):

@@ -50,7 +50,7 @@ _SIZES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "u8": 1, "i16": 2, "
 _FMT = {"f32": "f", "f64": "d", "f16": "e", "i8": "b", "u8": "B", "i16": "h", "u16": "H", "i32": "i",
         "u32": "I", "i64": "q", "u64": "Q"}
 #: tolerance = (1 + margin) * observed spread
-DEFAULT_MARGIN = 1.0
+DEFAULT_MARGIN = 3.0
 #: at most this many tolerant ranges per buffer; beyond, the span from the first to the last varying
 #: element is compared with the tolerance (the verdict says so)
 MAX_RANGES = 64
@@ -148,33 +148,42 @@ class Calibration:
     #: buffers shown to be scratch: key -> evidence, and the byte ranges skipped (default: the varying ones)
     scratch: Dict[Key, str] = field(default_factory=dict)
     scratch_ranges: Dict[Key, List[Tuple[int, int]]] = field(default_factory=dict)
+    #: bytes on which every replay agrees but the recording does not: replay computes something else
+    replay_differs: Dict[Key, int] = field(default_factory=dict)
 
     @classmethod
     def learn(cls, expected: Snapshot, runs: Sequence[Snapshot], types: Optional[Mapping[Key, str]] = None,
               margin: float = DEFAULT_MARGIN) -> "Calibration":
-        """From the recorded epilogue and the baseline runs' states (full snapshots of the same layout)."""
+        """From the recorded epilogue and at least two baseline replays' states (full snapshots of the
+        same layout). Bytes vary when two replays disagree on them; bytes on which the replays agree
+        with each other but not with the recording are not nondeterminism (`replay_differs`). The
+        spread of a varying float element is taken over all states, the recording included."""
+        if len(runs) < 2:
+            raise ValueError(f"calibration needs at least 2 baseline replays to see what varies between them, "
+                             f"got {len(runs)} (--verify-runs 2 or more)")
         types = dict(types or {})
         cal = cls(states=1 + len(runs), margin=float(margin))
         contents = [_contents(s) for s in (expected, *runs)]
         for kind, key, _base, size in _regions(expected):
             k = (kind, key)
-            ref = contents[0].get(k)
-            if ref is None:
+            ref, first = contents[0].get(k), contents[1].get(k)
+            if ref is None or first is None or len(first) != len(ref):
                 continue
             changed: List[Tuple[int, int]] = []
-            for other in contents[1:]:
+            for other in contents[2:]:
                 got = other.get(k)
                 if got is not None and len(got) == len(ref):
-                    changed += diff_ranges(ref, got, 0)
-            if not changed:
-                continue
+                    changed += diff_ranges(first, got, 0)
             elem = types.get(k)
             step = _SIZES.get(elem, 1) if elem else 1
-            cal.varying[k] = _merge([(o - o % step, -(-(o + n) // step) * step - (o - o % step)) for o, n in changed],
-                                    size)
-            if elem in FLOAT_ELEMS:
-                cal.elem[k] = elem
-                cal.spread[k] = _spread([c[k] for c in contents if k in c], elem, cal.varying[k])
+            if changed:
+                cal.varying[k] = _align(changed, step, size)
+                if elem in FLOAT_ELEMS:
+                    cal.elem[k] = elem
+                    cal.spread[k] = _spread([c[k] for c in contents if k in c], elem, cal.varying[k])
+            apart = _subtract(_align(diff_ranges(ref, first, 0), step, size), cal.varying.get(k, []))
+            if apart:
+                cal.replay_differs[k] = sum(n for _, n in apart)
         return cal
 
     def tolerance(self, key: Key) -> Optional[Tolerance]:
@@ -187,10 +196,11 @@ class Calibration:
                                 f"margin {self.margin:g}x")
 
     def summary(self) -> str:
-        if not self.varying:
-            return f"calibration: {self.states} runs of the recorded configuration agree bit for bit"
         parts = [f"{_where(k)}: {sum(n for _, n in r)} B vary" for k, r in self.varying.items()]
-        return f"calibration: {self.states} runs; " + "; ".join(parts)
+        parts += [f"{_where(k)}: {n} B differ from the recording in every replay" for k, n in self.replay_differs.items()]
+        if not parts:
+            return f"calibration: {self.states} runs of the recorded configuration agree bit for bit"
+        return f"calibration: {self.states} runs (the recording and {self.states - 1} replays); " + "; ".join(parts)
 
 
 def _contents(s: Snapshot) -> Dict[Key, memoryview]:
@@ -208,6 +218,27 @@ def _merge(ranges: Iterable[Tuple[int, int]], limit: int) -> List[Tuple[int, int
         else:
             out.append([lo, hi])
     return [(lo, hi - lo) for lo, hi in out]
+
+
+def _align(ranges: Iterable[Tuple[int, int]], step: int, size: int) -> List[Tuple[int, int]]:
+    """`ranges` widened to whole elements of `step` bytes, merged."""
+    return _merge([(o - o % step, -(-(o + n) // step) * step - (o - o % step)) for o, n in ranges], size)
+
+
+def _subtract(ranges: Iterable[Tuple[int, int]], minus: Sequence[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """The parts of `ranges` outside `minus` (both (offset, length), `minus` sorted and disjoint)."""
+    out: List[Tuple[int, int]] = []
+    for lo, n in ranges:
+        pos, hi = lo, lo + n
+        for mlo, mn in minus:
+            if mlo + mn <= pos or mlo >= hi:
+                continue
+            if mlo > pos:
+                out.append((pos, mlo - pos))
+            pos = max(pos, mlo + mn)
+        if pos < hi:
+            out.append((pos, hi - pos))
+    return out
 
 
 def _spread(states: Sequence[memoryview], elem: str, ranges: Sequence[Tuple[int, int]]) -> float:
@@ -295,6 +326,9 @@ def _rules(p: BufferPolicy, base: int, size: int, cal: Optional[Calibration], fl
         p.tolerance = Tolerance(elem, atol, float(float_rtol), src)
         p.how = "tolerance"
         return [p.tolerance.check(k, base, 0, size)]
+    if cal and k in cal.replay_differs:
+        p.note = (f"{cal.replay_differs[k]} B differ between the recording and every replay, and the replays agree "
+                  "with each other: not nondeterminism, replay computes something else than the app did")
     if not varying:
         p.how = "exact"
         return [Check(k[0], k[1], base, 0, size)]
@@ -313,7 +347,7 @@ def _rules(p: BufferPolicy, base: int, size: int, cal: Optional[Calibration], fl
         return _cover(k, base, size, skipped, None)
     p.how = "exact"
     what = f"{elem} buffer" if elem else "buffer of unknown element type"
-    p.note = (f"{n_vary} B of this {what} vary between identical runs ({cal.states} runs) and could not be shown "
+    p.note = p.note + ("; " if p.note else "") + (f"{n_vary} B of this {what} vary between identical runs ({cal.states} runs) and could not be shown "
               "to be scratch; compared exactly")
     return [Check(k[0], k[1], base, 0, size)]
 

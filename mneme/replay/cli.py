@@ -47,7 +47,7 @@ VERIFY_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
      "replay the recorded configuration N times first and learn which bytes vary between identical runs "
      "(float atomics, work queues, scratch); default 0: compare with the recorded epilogue only"),
     (("--verify-margin",), "verify_margin", float,
-     "calibrated tolerance = (1 + margin) x the spread seen across those runs (default 1)"),
+     "calibrated tolerance = (1 + margin) x the spread seen across those runs (default 3)"),
     (("--float-rtol",), "float_rtol", float,
      "relative tolerance for float buffers (element type from the IR): outputs that only round differently "
      "(fast-math, FMA contraction); the error is reported per run"),

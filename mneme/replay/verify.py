@@ -22,7 +22,7 @@ import os
 import tempfile
 from typing import Any, Dict, List, Optional
 
-from mneme.errors import MnemeError
+from mneme.errors import ConfigurationError, MnemeError
 from mneme.record.verification import (
     BufferPolicy,
     BufferVerdict,
@@ -79,6 +79,9 @@ class Verifier:
             return
         self.element_types()
         runs = int(self.pipe.settings.verify_runs or 0)
+        if runs == 1 or runs < 0:
+            raise ConfigurationError(f"--verify-runs {runs}: calibration needs at least 2 replays of the recorded "
+                                     "configuration to see what varies between them (0 turns it off)")
         if runs > 0:
             self.calibration = self.calibrate(runs)
         self._policies()
@@ -130,8 +133,8 @@ class Verifier:
         from mneme.device.memory import fill
 
         pipe, s = self.pipe, self.pipe.settings
-        trial = Calibration(cal.states, cal.margin, dict(cal.varying), dict(cal.spread), dict(cal.elem),
-                            {k: "candidate" for k in ranges}, dict(ranges))
+        trial = Calibration(states=cal.states, margin=cal.margin, varying=dict(cal.varying), spread=dict(cal.spread),
+                            elem=dict(cal.elem), scratch={k: "candidate" for k in ranges}, scratch_ranges=dict(ranges))
         plan = plan_of(policies(pipe._expected, types=self.types, names=self.names, calibration=trial,
                                 float_rtol=s.float_rtol, atol=s.atol, rtol=s.rtol, tol_type=s.tol_type))
         try:
