@@ -49,3 +49,14 @@ def test_the_hydra_config_sets_the_same_fields():
     assert (s.verify_runs, s.verify_margin, s.float_rtol) == (2, 3.0, 1e-5)
     t = schema.tune_options(cfg).settings()
     assert (t.verify_runs, t.verify_margin, t.float_rtol) == (2, 3.0, 1e-5)
+
+
+def test_each_trial_logs_the_verification_error():
+    from mneme.config import ExperimentResult
+    from mneme.track import records
+
+    r = ExperimentResult(executed=True, verified=True, status="verified", exec_time=[100], max_abs_err=2.5e-7,
+                         max_rel_err=1.5e-8, verification="verified (1 buffers; ...)")
+    m = {k: v for k, v, _ in records.result_metrics(r)}
+    assert m["verify_max_abs_err"] == 2.5e-7 and m["verify_max_rel_err"] == 1.5e-8
+    assert ExperimentResult.from_dict(r.to_dict()).verification.startswith("verified")
