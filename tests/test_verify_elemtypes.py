@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from irutil import compile_cu
-from mneme.ir.elemtypes import pointer_elem_types
+from mneme.ir.elemtypes import global_elem_types, pointer_elem_types
 from mneme.ir.module import module_kernels, parse_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,3 +42,14 @@ def test_a_parameter_that_is_never_dereferenced_gets_no_type(tmp_path_factory):
     bc = compile_cu(src, tmp_path_factory.getbasetemp() / "elemtypes")
     mod = parse_module(bc)
     assert pointer_elem_types(mod, module_kernels(mod)[0]) == {0: "f32"}
+
+
+def test_variables_get_their_scalar_or_array_element_type():
+    from mneme.ir.link import module_globals
+    from mneme.record.db import RecordedExecution, find_dbs
+
+    rec = RecordedExecution.from_json(find_dbs(str(ROOT / "tests" / "fixtures" / "ptrglobal"))[0])
+    mod = rec.link_llvm_modules(prune=True, internalize=True)
+    names = [g.name for g in module_globals(mod)]
+    # int g_value; int *g_ptr (a pointer: no element type); float g_table[...]
+    assert global_elem_types(mod, names + ["no_such_variable"]) == {"g_value": "i32", "g_table": "f32"}

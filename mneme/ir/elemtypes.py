@@ -153,3 +153,24 @@ def _access_types(mod: llvm.ModuleRef, lines: List[str], root: str, depth: int) 
         if " call " in f" {rhs} " or rhs.startswith(("call ", "tail call ")):
             types |= _callee_types(mod, rhs, derived, depth)
     return types
+
+
+def _scalar_of(ty: llvm.TypeRef) -> Optional[str]:
+    while ty.is_array or ty.is_vector:
+        ty = next(iter(ty.elements))
+    return _elem(str(ty))
+
+
+def global_elem_types(mod: llvm.ModuleRef, names) -> Dict[str, str]:
+    """{variable name: element type} of `__device__`/`__constant__` variables that are scalars or
+    (nested) arrays of one scalar type; structs and unknown names are absent."""
+    out: Dict[str, str] = {}
+    for name in names:
+        try:
+            gv = mod.get_global_variable(name)
+        except NameError:
+            continue
+        e = _scalar_of(gv.global_value_type)
+        if e:
+            out[name] = e
+    return out

@@ -57,14 +57,17 @@ class Verifier:
 
     # -- policy
     def element_types(self) -> None:
-        from mneme.ir.elemtypes import pointer_elem_types
+        """Element types of the blobs the kernel's pointer arguments point into and of the variables."""
+        from mneme.ir.elemtypes import global_elem_types, pointer_elem_types
 
         pipe = self.pipe
         try:
             elems = pointer_elem_types(pipe.linked(), pipe.kernel_name)
+            var_elems = global_elem_types(pipe.linked(), [v.name for v in pipe._expected.variables])
         except MnemeError as e:  # no IR types: values are shown as bytes, floats get no tolerance
-            elems, self.type_error = {}, str(e)
+            elems, var_elems, self.type_error = {}, {}, str(e)
         self.types, self.names = buffer_types(pipe._prologue, elems, pipe.record.arg_names)
+        self.types.update({("variable", name): e for name, e in var_elems.items()})
 
     def _policies(self) -> None:
         s = self.pipe.settings
