@@ -11,7 +11,8 @@ import pytest
 
 from mneme.ir.elemtypes import pointer_elem_types
 from mneme.record.db import RecordedExecution, find_dbs
-from mneme.record.verification import Calibration, Verdict, buffer_types, judge, plan_of, policies
+from mneme.record.verdict import Verdict, judge
+from mneme.record.verification import Calibration, buffer_types, plan_of, policies
 from mneme.snapshot import Snapshot, SnapshotType, Writer
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "vecadd"

@@ -23,17 +23,8 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 from mneme.errors import ConfigurationError, MnemeError
-from mneme.record.verification import (
-    BufferPolicy,
-    BufferVerdict,
-    Calibration,
-    Key,
-    Verdict,
-    buffer_types,
-    buffer_verdict,
-    plan_of,
-    policies,
-)
+from mneme.record.verdict import BufferVerdict, Verdict, buffer_verdict
+from mneme.record.verification import BufferPolicy, Calibration, Key, buffer_types, plan_of, policies
 from mneme.snapshot import Snapshot, SnapshotType, Writer
 
 #: byte pattern written over scratch candidates for the evidence run
