@@ -106,3 +106,20 @@ def test_mneme_replay_takes_the_verification_flags(dbs, tmp_path):
     assert doc["result"]["verified"] and "calibration: 4 runs" in doc["result"]["verification"]
     assert "margin 2x" in doc["result"]["verification"]
     assert "verify " in p.stdout
+
+
+def test_mneme_tune_trials_use_the_calibrated_verification(dbs, tmp_path):
+    out = tmp_path / "tune"
+    argv = [*MNEME, "tune", "-rdb", str(dbs["atomicsum"]), "--no-track", "--quiet", "--json", "-o", str(out),
+            "--space", "launch", "--trials", "6", "--devices", "0", "--verify-runs", "3", "-it", "3"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=480)
+    assert p.stdout.strip().startswith("{"), f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    summary = json.loads(p.stdout)
+    assert summary["baseline"]["status"] == "verified", summary["baseline"]
+    rows = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    executed = [r["result"] for r in rows if r.get("result") and r["result"].get("executed")]
+    assert executed, rows
+    for res in executed:  # every trial was judged under the calibration, and says how
+        assert "calibration: 4 runs" in res["verification"], res["verification"]
+        assert "arg res" in res["verification"]
+    assert any(res["verified"] for res in executed)
