@@ -3,6 +3,7 @@ epilogue and IR, with baseline runs written as snapshot files the way the replay
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
@@ -106,7 +107,11 @@ def test_float_rtol_accepts_rounding_and_reports_the_error(vecadd, tmp_path):
     trial = state(tmp_path, "fm", epi, {c: {3: e3 * (1 + 2e-7)}})
     strict = judge(epi, trial, policies(epi, types=types, names=names))
     assert not strict.passed
-    assert "to accept: --float-rtol" in str(strict)
+    assert "to accept: --verify-runs 3 if the kernel is not bit-reproducible" in str(strict)
+    # the value it suggests accepts exactly this trial
+    suggested = float(re.search(r"--float-rtol (\S+) \(mneme", str(strict)).group(1))
+    assert f"mneme::relative({suggested:g})" in str(strict)
+    assert judge(epi, trial, policies(epi, types=types, names=names, float_rtol=suggested)).passed
     pols = policies(epi, types=types, names=names, float_rtol=1e-6)
     assert all(p.how == "tolerance" and "--float-rtol" in p.tolerance.source for p in pols)
     v = judge(epi, trial, pols)

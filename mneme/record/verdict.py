@@ -154,6 +154,12 @@ def mismatch_details(p: BufferPolicy, expected: memoryview, actual: memoryview) 
     return lines
 
 
+def _round_up(x: float) -> float:
+    """`x` rounded up to two significant digits (a suggested tolerance must accept what it was made for)."""
+    step = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return float(f"{math.ceil(x / step) * step:.2g}") if math.ceil(x / step) * step >= x else x
+
+
 def _accept(p: BufferPolicy, elem: Optional[str], max_abs: float, max_rel: float) -> str:
     if elem is None:
         return ("to accept: give the element type and a tolerance with an annotation "
@@ -161,11 +167,13 @@ def _accept(p: BufferPolicy, elem: Optional[str], max_abs: float, max_rel: float
     if elem not in FLOAT_ELEMS:
         return (f"to accept: these are {elem} values, not rounding; if the buffer is only scratch, pass "
                 f"--verify-runs N (calibration proves scratch) or annotate it with a tolerance")
-    tol = float(f"{max_rel * 1.01:.2g}") if max_rel else 0.0
+    tol = _round_up(max_rel * 1.01) if max_rel and math.isfinite(max_rel) else 0.0
     if not math.isfinite(max_rel) or max_rel >= 1e-2:
         return (f"this is more than rounding (max rel err {max_rel:.3g}); the configuration computes something else."
                 f" Only if that is intended: --float-rtol {tol:g} or mneme::annotate(ptr, n, mneme::relative({tol:g}))")
-    return (f"to accept: --float-rtol {tol:g} (mneme replay/tune, or measure.float_rtol={tol:g}), or annotate "
+    learn = ("" if p.tolerance and p.tolerance.source.startswith("calibration") else
+             "--verify-runs 3 if the kernel is not bit-reproducible (float atomics: learns the run-to-run spread), ")
+    return (f"to accept: {learn}--float-rtol {tol:g} (mneme replay/tune, or measure.float_rtol={tol:g}), or annotate "
             f"the buffer: mneme::annotate(ptr, n, mneme::relative({tol:g}))")
 
 
