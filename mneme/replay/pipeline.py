@@ -24,7 +24,8 @@ from mneme.errors import CompileError, ConfigurationError, DeviceError, MnemeErr
 from mneme.ir import CompileCache, CompiledKernel, compile_kernel, kernel_params, static_hash as ir_static_hash
 from mneme.record import integrity
 from mneme.record.db import RecordedExecution
-from mneme.record.memstate import verification_plan, written_state
+from mneme.record.memstate import written_state
+from mneme.replay.verify import Verifier
 from mneme.snapshot import Snapshot
 
 #: status of a result that was compiled but never meant to run (compile-only experiments)
@@ -102,9 +103,9 @@ class ReplayPipeline:
         self._state = None
         self._prologue: Optional[Snapshot] = None
         self._expected: Optional[Snapshot] = None
-        self._plan = None
         self._written = None
         self._modules: Dict[str, Any] = {}
+        self.verifier = None
 
     # -- the IR half ----------------------------------------------------------------------------
     @property
@@ -225,8 +226,7 @@ class ReplayPipeline:
             if not self._expected.is_full:
                 self._expected.apply(self._prologue)
             self._state = ReplayState(self.device, self._prologue)
-            s = self.settings
-            self._plan = verification_plan(self._expected, s.atol, s.rtol, s.tol_type)
+            self.verifier = Verifier(self)
             blobs, variables = written_state(self._expected, self._prologue)
             self._written = list(blobs) + [
                 (v.addr + off, n) for v in self._prologue.variables for off, n in variables.get(v.name, [])
@@ -289,6 +289,7 @@ class ReplayPipeline:
         mod = None
         try:
             self.check_config(config)
+            self.verifier.prepare()  # calibration (settings.verify_runs) runs before the trial's launch
             mod = self._module(ck)
             fn = mod.get_function(self.kernel_name)
             if self.instance_attributes.get("Cooperative"):
@@ -301,11 +302,13 @@ class ReplayPipeline:
             self._state.reset_written(None, mod)
             fn.launch(config.grid, config.block, config.shared_mem, args)
             r.executed = True
-            report = self._state.verify(self._expected, self._plan, mod)
-            r.verified = bool(report.equal)
+            verdict = self.verifier.judge(mod)
+            r.verified = bool(verdict.passed)
+            r.max_abs_err, r.max_rel_err = verdict.max_abs_err, verdict.max_rel_err
+            r.verification = str(verdict)[:4000]
             if not r.verified:
                 r.status = "failed_verification"
-                r.error = str(report)[:2000]
+                r.error = r.verification
                 self._state.reset_all(mod)
             else:
                 r.exec_time = fn.profile(
