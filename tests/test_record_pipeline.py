@@ -1,5 +1,5 @@
 """`mneme record` without a GPU: librecord.so preloaded into a real app built with `mneme cc` (it sees
-the registrations, survives the missing driver, flushes on fatal signals, a full disk, an unwritable
+the runtime find no driver, leaves the app's results alone, flushes on fatal signals, a full disk, an unwritable
 directory), and the post-processing of raw logs with real snapshot files and the app's real IR into a
 record DB that RecordedExecution reads back, merges, and marks incomplete or not replayable."""
 
@@ -156,15 +156,11 @@ def test_the_app_behaves_the_same_under_the_recorder(app, librecord, tmp_path):
     (log,) = raw.glob("r0-p*.jsonl")
     ev = events(log)
     assert ev[0]["ev"] == "start" and ev[0]["v"] == 1 and ev[0]["exe"] == str(app.resolve())
-    assert {e["name"] for e in ev if e["ev"] == "kernel"} == {SCALE, OTHER, TEXREAD}
-    variables = {e["name"]: e for e in ev if e["ev"] == "var"}
-    assert (variables["g_val"]["size"], variables["g_val"]["const"]) == (4, 0)
-    assert (variables["c_w"]["size"], variables["c_w"]["const"]) == (16, 1)
-    assert variables["g_ptr"]["size"] == 8
-    assert any(e["ev"] == "error" and "no NVIDIA driver" in e.get("detail", "") for e in ev)
+    # kernels and variables are seen at the driver (cuLibraryGetKernel, cuLibraryGetGlobal): none without one
+    assert not [e for e in ev if e["ev"] in ("kernel", "var", "inst")]
+    (err,) = [e for e in ev if e["ev"] == "error"]
+    assert "no CUDA driver" in err["what"] and "no NVIDIA driver" in err["detail"]
     assert ev[-1]["ev"] == "exit" and ev[-1]["how"] == "exit"
-    objects = [e["path"] for e in ev if e["ev"] == "object"]
-    assert str(app.resolve()) in objects and len(objects) == len(set(objects))
 
 
 def test_without_a_record_dir_the_library_does_nothing(app, librecord, tmp_path):
@@ -199,13 +195,13 @@ def test_a_full_disk_leaves_the_app_running_and_the_record_incomplete(app, libre
     raw.mkdir()
 
     def small_files():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (600, 600))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))  # less than the start and error events
 
     rec = run_app(app, librecord, raw, preexec=small_files)
     assert rec.returncode == 0 and rec.stdout.endswith("done\n")
     assert "the record will be incomplete" in rec.stderr
     (log,) = raw.glob("*.jsonl")
-    assert log.stat().st_size == 600
+    assert log.stat().st_size == 200
     out = postprocess(raw, tmp_path / "db", keep_raw=True)
     assert not out.complete
 

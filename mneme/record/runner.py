@@ -26,7 +26,8 @@ EPILOGUE_FORMATS = ("diff", "bytes", "best")
 _RANKS = re.compile(r"^(all|\d+(-\d+)?(,\d+(-\d+)?)*)$")
 GIB = 1 << 30
 #: errors of the recorder that mean nothing could be recorded
-FATAL = ("the fixed device address range was not granted", "cannot set up the device arena")
+FATAL = ("the fixed device address range was not granted", "cannot set up the device arena",
+         "the app found no CUDA driver")
 
 
 @dataclass
