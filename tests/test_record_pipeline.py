@@ -271,7 +271,7 @@ class RawRun:
         w = Writer(self.raw / epi, SnapshotType.EPILOGUE)
         w.blob_epilogue(addr, after, before)
         w.close()
-        ev = dict(ev="inst", k=k, i=i, api="cudaLaunchKernel", grid=list(grid), block=list(block), shmem=0,
+        ev = dict(ev="inst", k=k, i=i, api="cuLaunchKernel", grid=list(grid), block=list(block), shmem=0,
                   params=[list(p) for p in params], args=args.hex(), ptr=[list(m) for m in masked], ptr_src="ir",
                   pro=pro, epi=epi, t_ns=t_ns, blobs=1, blob_bytes=len(before), vars=2, pro_bytes=1, epi_bytes=1)
         if foreign:
