@@ -46,6 +46,9 @@ MN_IP_DEFINE(graph_add_kernel, PFN_cuGraphAddKernelNode_v12000, mn_cu_graph_add_
 MN_IP_DEFINE(graph_add_node_v1, PFN_cuGraphAddNode_v12020, mn_cu_graph_add_node_v1, (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p), node, g, deps, n, p)
 MN_IP_DEFINE(graph_add_node, PFN_cuGraphAddNode_v12030, mn_cu_graph_add_node, (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUgraphNodeParams *p), node, g, deps, data, n, p)
 MN_IP_DEFINE(graph_launch, PFN_cuGraphLaunch_v10000, mn_cu_graph_launch, (CUgraphExec e, CUstream s), e, s)
+MN_IP_DEFINE(primary_release, PFN_cuDevicePrimaryCtxRelease_v11000, mn_cu_primary_ctx_release, (CUdevice d), d)
+MN_IP_DEFINE(primary_reset, PFN_cuDevicePrimaryCtxReset_v11000, mn_cu_primary_ctx_reset, (CUdevice d), d)
+MN_IP_DEFINE(ctx_destroy, PFN_cuCtxDestroy_v4000, mn_cu_ctx_destroy, (CUcontext c), c)
 
 mn_ip_entry mn_ip_table[] = {
     MN_IP_ENTRY(mem_alloc, "cuMemAlloc", "_v2", 3020, 0),
@@ -89,5 +92,8 @@ mn_ip_entry mn_ip_table[] = {
     MN_IP_ENTRY(graph_add_node_v1, "cuGraphAddNode", "", 12020, 12030),
     MN_IP_ENTRY(graph_add_node, "cuGraphAddNode", "_v2", 12030, 0),
     MN_IP_ENTRY(graph_launch, "cuGraphLaunch", "", 10000, 0),
+    MN_IP_ENTRY(primary_release, "cuDevicePrimaryCtxRelease", "_v2", 11000, 0),
+    MN_IP_ENTRY(primary_reset, "cuDevicePrimaryCtxReset", "_v2", 11000, 0),
+    MN_IP_ENTRY(ctx_destroy, "cuCtxDestroy", "_v2", 4000, 0),
 };
 const size_t mn_ip_table_len = sizeof mn_ip_table / sizeof mn_ip_table[0];

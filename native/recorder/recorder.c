@@ -477,6 +477,30 @@ static void unloading(void *h, int is_lib) {
   pthread_mutex_unlock(&R.mu);
 }
 
+/* Before a context goes (the runtime releases the primary context at exit): the last moment its
+ * timing events can be read. */
+static void context_going(void) {
+  if (!R.active) return;
+  pthread_mutex_lock(&R.mu);
+  if (!R.exited && R.arena_state > 0) mn_flush(1, 1);
+  pthread_mutex_unlock(&R.mu);
+}
+
+CUresult mn_cu_primary_ctx_release(const mn_ip_slot *s, CUdevice d) {
+  context_going();
+  return ((PFN_cuDevicePrimaryCtxRelease_v11000)s->real)(d);
+}
+
+CUresult mn_cu_primary_ctx_reset(const mn_ip_slot *s, CUdevice d) {
+  context_going();
+  return ((PFN_cuDevicePrimaryCtxReset_v11000)s->real)(d);
+}
+
+CUresult mn_cu_ctx_destroy(const mn_ip_slot *s, CUcontext c) {
+  context_going();
+  return ((PFN_cuCtxDestroy_v4000)s->real)(c);
+}
+
 CUresult mn_cu_library_load_data(const mn_ip_slot *s, CUlibrary *library, const void *code, CUjit_option *jo,
                                  void **jv, unsigned int njo, CUlibraryOption *lo, void **lv, unsigned int nlo) {
   CUresult r = ((PFN_cuLibraryLoadData_v12000)s->real)(library, code, jo, jv, njo, lo, lv, nlo);
@@ -785,7 +809,11 @@ static void flush_at_exit(const char *how) {
   pthread_mutex_lock(&R.mu);
   if (R.active && !R.exited) {
     R.exited = 1;
-    mn_flush(1, 1);
+    /* the runtime may have torn its context down already (its exit handler ran first): then the
+     * events are gone, and what context_going() resolved is all there is */
+    CUdevice d;
+    int alive = D.ctxGetDevice && D.ctxGetDevice(&d) == CUDA_SUCCESS;
+    mn_flush(alive, alive);
     if (R.provenance_written) write_objects();
     mn_memory_at_exit();
     write_exit_event(how, 0, linebuf, sizeof linebuf);

@@ -315,4 +315,8 @@ CUresult mn_cu_graph_add_node_v1(const mn_ip_slot *slot, CUgraphNode *node, CUgr
 CUresult mn_cu_graph_add_node(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUgraphNodeParams *p);
 CUresult mn_cu_graph_launch(const mn_ip_slot *slot, CUgraphExec e, CUstream s);
 
+CUresult mn_cu_primary_ctx_release(const mn_ip_slot *slot, CUdevice d);
+CUresult mn_cu_primary_ctx_reset(const mn_ip_slot *slot, CUdevice d);
+CUresult mn_cu_ctx_destroy(const mn_ip_slot *slot, CUcontext c);
+
 #endif

@@ -110,7 +110,8 @@ def test_vecadd_epilogue_is_the_prologue_plus_exactly_the_sum(small_recordings):
     assert all(struct.pack("<f", x + y) == struct.pack("<f", z) for x, y, z in zip(A, B, C))
     assert changed[a] == [] and changed[b] == [], "inputs are not written"
     assert sum(n_ for _, n_ in changed[c]) <= 4 * n and changed[c], "only the output changes"
-    assert {blob.addr for blob in pro.blobs} == {a, b, c}
+    # the runtime's own cuMemAlloc calls (if any) come from the arena too, so more blobs may be there
+    assert {a, b, c} <= {blob.addr for blob in pro.blobs}
 
 
 def test_ptrglobal_records_the_pointer_globals_with_relocations(small_recordings):
