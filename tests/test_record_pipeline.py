@@ -258,7 +258,7 @@ class RawRun:
 
     def instance(self, name: str, args: bytes, params: List[Tuple[int, int]], masked: List[Tuple[int, int]],
                  before: bytes, after: bytes, grid=(1, 1, 1), block=(256, 1, 1), t_ns: int = 9000,
-                 foreign=None, tex=None, addr: int = BASE) -> int:
+                 foreign=None, tex=None, addr: int = BASE, recorder_time: Optional[Dict[str, int]] = None) -> int:
         k, i = self.kid(name), self.n
         self.n += 1
         pro, epi = f"r0-p{self.pid}-i{i}.prologue", f"r0-p{self.pid}-i{i}.epilogue"
@@ -278,6 +278,7 @@ class RawRun:
             ev["foreign"] = foreign
         if tex:
             ev["tex"] = tex
+        ev.update(recorder_time or {})
         self.emit(**ev)
         return i
 
@@ -348,6 +349,27 @@ def test_postprocess_writes_a_db_that_reads_back(app, index, tmp_path):
         assert bytes(pro.find_blob(BASE).contents) == before
         assert pro.find_variable("g_ptr").relocs[0].target == "g_val"
         assert bytes(epi.apply(pro).find_blob(BASE).contents) == after
+
+
+def test_the_recorders_own_time_is_kept_per_instance_and_summed_for_the_run(app, index, tmp_path):
+    raw, dbdir = tmp_path / ".raw-1", tmp_path / "db"
+    run = RawRun(raw, app)
+    before, after = bytes(256), bytes(255) + b"\x01"
+    a1, params, masked = scale_args(BASE, 256)
+    a2, _, _ = scale_args(BASE, 512)
+    spent = [dict(t_copy=2_000_000, copy_bytes=4_000_000, t_diff=500_000, t_write=1_000_000, t_retime=3_000_000,
+                  t_record=7_000_000),
+             dict(t_copy=1_000_000, copy_bytes=1_000_000, t_diff=250_000, t_write=0, t_retime=0, t_record=1_500_000)]
+    run.instance(SCALE, a1, params, masked, before, after, recorder_time=spent[0])
+    run.instance(SCALE, a2, params, masked, before, after, grid=(2, 1, 1), recorder_time=spent[1])
+    run.exit()
+    out = postprocess(raw, dbdir, index=index)
+    assert out.recorded_instances == 2 and out.recorder_time["copy_ns"] == 3_000_000
+    assert out.recorder_time_line() == ("recorder time 0.009 s for 2 instance(s): copy 0.003 s (1.67 GB/s over "
+                                        "0.005 GB), hash/diff 0.001 s, write 0.001 s, retime 0.003 s")
+    db = only_db(dbdir)
+    kept = sorted(a["RecorderTime"]["record_ns"] for a in db.extra["InstanceAttributes"].values())
+    assert kept == [1_500_000, 7_000_000]
 
 
 def test_recording_again_adds_to_the_db(app, index, tmp_path):

@@ -412,12 +412,18 @@ static void set_free(snapshot_set *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* The recorder's own time per recorded instance, by what it was spent on (logged with the instance). */
+static struct { uint64_t copy, copy_bytes; } T;
+typedef struct rec_time { uint64_t copy, copy_bytes, diff, write, retime, total; } rec_time;
+
 static int read_blob(const blob *b, uint8_t *dst) {
-  if (b->space == MN_SPACE_HOST_PINNED) {
-    memcpy(dst, (const void *)(uintptr_t)b->addr, b->size);
-    return 0;
-  }
-  return D.memcpyDtoH(dst, (CUdeviceptr)b->addr, b->size) == CUDA_SUCCESS ? 0 : -1;
+  uint64_t t0 = mn_precise_ns();
+  int rc = 0;
+  if (b->space == MN_SPACE_HOST_PINNED) memcpy(dst, (const void *)(uintptr_t)b->addr, b->size);
+  else rc = mn_copy_dtoh(dst, b->addr, b->size);
+  T.copy += mn_precise_ns() - t0;
+  T.copy_bytes += b->size;
+  return rc;
 }
 
 static int collect_blobs(snapshot_set *s) {
@@ -445,7 +451,11 @@ static int collect_blobs(snapshot_set *s) {
 }
 
 static int read_var(const mn_gvar *v, uint8_t *dst) {
-  return D.memcpyDtoH(dst, (CUdeviceptr)v->addr, v->size) == CUDA_SUCCESS ? 0 : -1;
+  uint64_t t0 = mn_precise_ns();
+  int rc = D.memcpyDtoH(dst, (CUdeviceptr)v->addr, v->size) == CUDA_SUCCESS ? 0 : -1;
+  T.copy += mn_precise_ns() - t0;
+  T.copy_bytes += v->size;
+  return rc;
 }
 
 /* Words of a variable that hold addresses: of another variable (relocated by replay) or of arena/pinned
@@ -592,7 +602,7 @@ static void mask_ranges(const uint8_t *mask, uint32_t n, uint64_t *off, uint64_t
 
 static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *inst, const argscan *a, const char *pro,
                          const char *epi, uint64_t t_ns, const uint64_t *retimes, uint32_t nretimes,
-                         const snapshot_set *s, uint64_t pro_bytes, uint64_t epi_bytes) {
+                         const snapshot_set *s, uint64_t pro_bytes, uint64_t epi_bytes, const rec_time *rt) {
   size_t cap = 8192 + 2 * (size_t)k->argbytes + 48 * (size_t)k->nparams + 64 * (size_t)k->argbytes / 8;
   char *buf = malloc(cap);
   uint64_t *po = malloc((k->nparams + 1) * sizeof *po), *ps = malloc((k->nparams + 1) * sizeof *ps);
@@ -633,6 +643,14 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
     mn_line_u64(&l, "vars", s->nvars);
     mn_line_u64(&l, "pro_bytes", pro_bytes);
     mn_line_u64(&l, "epi_bytes", epi_bytes);
+    /* the recorder's own time for this instance (ns): copies from the device (and their bytes),
+     * checksums/diffs/encoding, disk writes, timing reruns, and all of record() */
+    mn_line_u64(&l, "t_copy", rt->copy);
+    mn_line_u64(&l, "copy_bytes", rt->copy_bytes);
+    mn_line_u64(&l, "t_diff", rt->diff);
+    mn_line_u64(&l, "t_write", rt->write);
+    mn_line_u64(&l, "t_retime", rt->retime);
+    mn_line_u64(&l, "t_record", rt->total);
     mn_log_event(&l);
   } else {
     mn_error("out of memory writing an instance event", k->name);
@@ -702,7 +720,7 @@ static int restore_prologue(const snapshot_set *s) {
     const blob *b = &s->blobs[i];
     if (b->space == MN_SPACE_HOST_PINNED) {
       memcpy((void *)(uintptr_t)b->addr, b->before, b->size);
-    } else if (D.memcpyHtoD((CUdeviceptr)b->addr, b->before, b->size) != CUDA_SUCCESS) {
+    } else if (mn_copy_htod(b->addr, b->before, b->size)) {
       return -1;
     }
   }
@@ -715,9 +733,13 @@ static int restore_prologue(const snapshot_set *s) {
 
 /* Extra timed launches on the prologue state (see above); returns how many were timed. A failure
  * stops the retiming and, if the prologue cannot be written back, disables it for good. */
-static uint32_t retime(const mn_launch *L, const snapshot_set *s, uint64_t *out) {
+static uint32_t retime(const mn_launch *L, mn_kernel *k, const snapshot_set *s, uint64_t *out) {
   uint32_t n = R.cfg.retime < MN_RETIME_MAX ? R.cfg.retime : MN_RETIME_MAX, got = 0;
+  uint64_t budget = R.cfg.retime_budget_ns, t0 = mn_precise_ns();
+  /* a kernel whose last recorded launch alone took the whole budget is not rerun at all */
+  if (budget && k->last_run_ns >= budget) return 0;
   for (uint32_t i = 0; i < n; i++) {
+    if (budget && i && mn_precise_ns() - t0 >= budget) break; /* the time bound comes first */
     CUresult r, after;
     uint64_t ns;
     held_launch(L, &r, &after, &ns);
@@ -735,6 +757,8 @@ static uint32_t retime(const mn_launch *L, const snapshot_set *s, uint64_t *out)
 /* Records a new instance: synchronize, prologue, timed launch, synchronize, epilogue. Returns the
  * launch's result; on a recording failure the launch still happens exactly once. */
 static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const argscan *a) {
+  uint64_t t_start = mn_precise_ns(), io0 = mn_snapshot_io_ns();
+  memset(&T, 0, sizeof T);
   CUresult sync = D.ctxSynchronize();
   if (sync != CUDA_SUCCESS) {
     mn_kernel_skip(k, MN_SKIP_PENDING_ERROR);
@@ -764,10 +788,13 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
   }
   uint64_t retimes[MN_RETIME_MAX];
   /* Rerunning is safe only when everything the kernel can reach is restored by the prologue. */
-  uint32_t nretimes = a->nforeign || a->ntex ? 0 : retime(L, &s, retimes);
+  uint64_t t_rt = mn_precise_ns();
+  uint32_t nretimes = a->nforeign || a->ntex ? 0 : retime(L, k, &s, retimes);
+  t_rt = mn_precise_ns() - t_rt;
   uint64_t t_ns = 0;
   CUresult r, after;
   held_launch(L, &r, &after, &t_ns);
+  if (t_ns) k->last_run_ns = t_ns;
   if (after != CUDA_SUCCESS) {
     snprintf(why, sizeof why, "%s: %s", k->name, mn_cu_err(after));
     mn_error(r != CUDA_SUCCESS ? "the recorded launch failed" : "the recorded kernel failed", why);
@@ -786,13 +813,22 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
     mn_kernel_skip(k, MN_SKIP_FAILED);
     return r;
   }
+  rec_time rt;
+  rt.copy = T.copy;
+  rt.copy_bytes = T.copy_bytes;
+  rt.write = mn_snapshot_io_ns() - io0;
+  rt.retime = t_rt;
+  rt.total = mn_precise_ns() - t_start;
+  /* the rest of the snapshot work: checksums, diffs, encoding, synchronizing (not the kernel itself) */
+  uint64_t known = rt.retime + rt.copy + rt.write + t_ns;
+  rt.diff = rt.total > known ? rt.total - known : 0;
   inst->recorded = 1;
   inst->count = 1;
   inst->flushed_count = 1;
   k->ninst_recorded++;
   k->recorded_launches++;
   R.stored_bytes += pro_bytes + epi_bytes;
-  log_instance(L, k, inst, a, basename_of(pro), basename_of(epi), t_ns, retimes, nretimes, &s, pro_bytes, epi_bytes);
+  log_instance(L, k, inst, a, basename_of(pro), basename_of(epi), t_ns, retimes, nretimes, &s, pro_bytes, epi_bytes, &rt);
   set_free(&s);
   return r;
 }

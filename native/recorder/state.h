@@ -65,6 +65,7 @@ typedef struct mn_kernel {
   const mn_ktab_entry *tab;   /* from the app's IR, or NULL */
   int tab_checked;
   int params;                 /* 0 unknown, 1 known, -1 unavailable */
+  uint64_t last_run_ns;       /* the last recorded launch's time: retiming is skipped beyond the budget */
   uint32_t nparams;
   uint32_t *poff, *psize;
   uint32_t argbytes;
@@ -124,7 +125,8 @@ typedef struct mn_config {
   uint64_t va_base, va_bytes, host_base, host_bytes;
   int epilogue_format;        /* 0 diff, 1 bytes, 2 best */
   uint32_t max_samples;
-  uint32_t retime;            /* extra timed launches of a new instance (MNEME_RETIME) */
+  uint32_t retime;            /* extra timed launches of a new instance, at most (MNEME_RETIME) */
+  uint64_t retime_budget_ns;  /* and at most this long per instance (MNEME_RETIME_BUDGET_MS; 0: no bound) */
   int have_regex;
   regex_t regex;
   mn_ktab ktab;
@@ -267,6 +269,12 @@ const mn_foreign *mn_foreign_find(uint64_t addr);
 const mn_gvar *mn_var_containing(uint64_t addr);
 void mn_drain_deferred_frees(void);
 void mn_memory_at_exit(void);
+
+/* ---- copy.c ---- */
+/* Copies `size` device bytes at `src` to host memory `dst` (pinned staging, overlapped); 0 or -1. */
+int mn_copy_dtoh(void *dst, uint64_t src, uint64_t size);
+int mn_copy_htod(uint64_t dst, const void *src, uint64_t size);
+uint64_t mn_precise_ns(void);                /* CLOCK_MONOTONIC */
 
 /* ---- launch.c ---- */
 void mn_resolve_pending(int wait);
