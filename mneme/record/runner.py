@@ -26,7 +26,8 @@ EPILOGUE_FORMATS = ("diff", "bytes", "best")
 _RANKS = re.compile(r"^(all|\d+(-\d+)?(,\d+(-\d+)?)*)$")
 GIB = 1 << 30
 #: errors of the recorder that mean nothing could be recorded
-FATAL = ("the fixed device address range was not granted", "cannot set up the device arena")
+FATAL = ("the fixed device address range was not granted", "cannot set up the device arena",
+         "the app found no CUDA driver")
 
 
 @dataclass
@@ -45,6 +46,8 @@ class RecordSettings:
     keep_raw: bool = False
     #: extra timed runs of each new instance's own kernel on its prologue, for a warm in-app median
     retime: int = 10
+    #: ... for at most this long per instance (the first rerun always runs); 0: no bound
+    retime_budget_s: float = 1.0
 
     def validate(self) -> None:
         if not _RANKS.match(self.record_ranks):
@@ -61,6 +64,8 @@ class RecordSettings:
             raise RecordError(f"--max-recordings {self.max_recordings}: must be 0 (no limit) or more")
         if not 0 <= self.retime <= 64:
             raise RecordError(f"--retime {self.retime}: must be 0..64")
+        if not 0 <= self.retime_budget_s <= 3600:
+            raise RecordError(f"--retime-budget {self.retime_budget_s}: must be 0 (no bound) .. 3600 seconds")
         if self.skip < 0:
             raise RecordError(f"--skip {self.skip}: must be 0 or more")
         if self.epilogue_format not in EPILOGUE_FORMATS:
@@ -124,6 +129,7 @@ def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Opti
     env["MNEME_HOST_BYTES"] = str(int(settings.pinned_size_gib * GIB))
     env["MNEME_EPILOGUE_FORMAT"] = settings.epilogue_format
     env["MNEME_RETIME"] = str(settings.retime)
+    env["MNEME_RETIME_BUDGET_MS"] = str(int(round(settings.retime_budget_s * 1000)))
     if settings.kernels:
         env["MNEME_KERNELS"] = settings.kernels
     else:
