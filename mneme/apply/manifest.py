@@ -55,6 +55,7 @@ class Entry:
     tuned: ExperimentConfiguration
     round_up: bool = True
     param_sizes: List[int] = field(default_factory=list)
+    param_offsets: List[int] = field(default_factory=list)  # in the parameter buffer (CU_LAUNCH_PARAM_BUFFER_POINTER)
     matches: List[ArgMatch] = field(default_factory=list)
     variables: List[Variable] = field(default_factory=list)
     pointers: List[Tuple[int, int]] = field(default_factory=list)  # (param, offset) of device addresses
@@ -144,7 +145,8 @@ def write_manifest(entries: List[Entry], path: Path) -> Path:
             "rec " + " ".join(str(int(v)) for v in (*e.rec_grid, *e.rec_block, e.rec_shared)),
             "tuned " + " ".join(str(int(v)) for v in (*t.grid, *t.block, t.shared_mem)),
             f"round_up {1 if e.round_up else 0}",
-            "params " + " ".join(str(s) for s in [len(e.param_sizes), *e.param_sizes]),
+            "params " + " ".join(str(v) for v in [len(e.param_sizes), *[x for so in zip(e.param_sizes, e.param_offsets)
+                                                                        for x in so]]),
         ]
         lines += [f"match {m.index} {m.offset} {m.data.hex()}" for m in e.matches]
         lines += [f"var {v.size} {1 if v.readonly else 0} {v.name}" for v in e.variables]

@@ -126,7 +126,7 @@ def prepare_entry(k: KernelWisdom, workdir: Path, arch: Optional[str] = None) ->
     e = Entry(
         kernel=k.kernel, cubin=str(cubin_path.resolve()), rule=rule, rec_grid=inst.grid_dim, rec_block=inst.block_dim,
         rec_shared=inst.shared_mem, tuned=config, round_up=(safety != "conservative") or same_block,
-        param_sizes=sizes, matches=matches, variables=variables,
+        param_sizes=sizes, param_offsets=offsets, matches=matches, variables=variables,
         pointers=[(p.index, o) for p in params for o, _ in p.pointer_ranges],
         demangled=k.demangled or rec.demangled_name, dynamic_hash=inst.dynamic_hash, expected_speedup=k.expected_speedup,
     )
