@@ -26,6 +26,8 @@ COMMANDS = {
     "replay": ("mneme.replay.cli", "replay one recorded kernel instance under a replay configuration"),
     "tune": ("mneme.tune.cli", "search replay configurations of a recorded kernel"),
     "compare": ("mneme.track.compare", "compare the MLflow runs of an experiment"),
+    "apply": ("mneme.apply.cli", "run an app with its tuned kernels swapped in at launch: mneme apply TUNED... -- ./app"),
+    "export": ("mneme.apply.export", "write a wisdom file from the best MLflow run of a sweep"),
 }
 
 
@@ -35,6 +37,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from mneme.cc.cc import main as cc_main
 
         return cc_main(argv[1:])
+    app_argv = None
+    if argv and argv[0] == "apply" and "--" in argv:  # everything after `--` is the app's command line
+        i = argv.index("--")
+        argv, app_argv = argv[:i], argv[i + 1:]
     parser = argparse.ArgumentParser(prog="mneme", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"mneme {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -47,6 +53,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             mod.add_arguments(p, name) if mod.add_arguments.__code__.co_argcount > 1 else mod.add_arguments(p)
             p.set_defaults(_module=mod)
     args = parser.parse_args(argv)
+    if app_argv is not None:
+        args.app = app_argv
     try:
         mod = args._module
         return int(mod.run(args) or 0)
