@@ -69,6 +69,8 @@ int mna_entry_matches(const mna_entry *e, const uint32_t grid[3], const uint32_t
 /* For the CPU tests: the same decision from a packed parameter buffer (param_offset layout). */
 int mna_entry_matches_buffer(const mna_entry *e, const uint32_t grid[3], const uint32_t block[3], uint32_t shared,
                              const uint8_t *buf, size_t buflen, uint32_t out_grid[3]);
+int mna_test_match(const char *text, size_t index, const uint32_t grid[3], const uint32_t block[3], uint32_t shared,
+                   const uint8_t *buf, size_t buflen, uint32_t out_grid[3], char *err, size_t errlen);
 
 /* hook.c: the real driver functions */
 typedef CUresult (*mna_launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,

@@ -231,3 +231,13 @@ int mna_entry_matches_buffer(const mna_entry *e, const uint32_t grid[3], const u
   uint32_t ob[3], os;
   return mna_entry_matches(e, grid, block, shared, params, out_grid, ob, &os);
 }
+
+/* For the CPU tests (ctypes): parse `text`, decide for entry `index`; -2 on a parse error (message in err). */
+int mna_test_match(const char *text, size_t index, const uint32_t grid[3], const uint32_t block[3], uint32_t shared,
+                   const uint8_t *buf, size_t buflen, uint32_t out_grid[3], char *err, size_t errlen) {
+  mna_manifest m;
+  if (mna_manifest_parse(text, &m, err, errlen) != 0) return -2;
+  int r = index < m.n ? mna_entry_matches_buffer(&m.entries[index], grid, block, shared, buf, buflen, out_grid) : -1;
+  mna_manifest_free(&m);
+  return r;
+}
