@@ -72,6 +72,9 @@ LAUNCH_EX_WRAPPER(wrap_launch_ex0, 0)
 LAUNCH_EX_WRAPPER(wrap_launch_ex1, 1)
 
 static CUresult wrap_getproc(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st);
+static CUresult wrap_getproc_v1(const char *sym, void **pfn, int ver, cuuint64_t flags);
+typedef CUresult (*getproc_v1_fn)(const char *, void **, int, cuuint64_t);
+static getproc_v1_fn real_getproc_v1_;
 MN_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                   CUstream, void **, void **);
 MN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
@@ -94,6 +97,10 @@ static void *wrap(const char *sym, void *fn, int ver, cuuint64_t flags) {
     if (!real_getproc_) real_getproc_ = (getproc_fn)fn;
     return (void *)wrap_getproc;
   }
+  if (strcmp(sym, "cuGetProcAddress") == 0) { /* the 11.x signature, without the status argument */
+    if (!real_getproc_v1_) real_getproc_v1_ = (getproc_v1_fn)fn;
+    return (void *)wrap_getproc_v1;
+  }
   return fn;
 }
 
@@ -105,16 +112,20 @@ static CUresult wrap_getproc(const char *sym, void **pfn, int ver, cuuint64_t fl
   return r;
 }
 
+static CUresult wrap_getproc_v1(const char *sym, void **pfn, int ver, cuuint64_t flags) {
+  if (!real_getproc_v1_) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real_getproc_v1_(sym, pfn, ver, flags);
+  if (r == CUDA_SUCCESS && pfn) *pfn = wrap(sym, *pfn, ver, flags);
+  return r;
+}
+
 MN_EXPORT void *dlsym(void *handle, const char *name) {
   dlsym_fn real = real_dlsym();
   if (!real) return NULL;
   void *fn = real(handle, name);
   if (fn && strncmp(name, "cu", 2) == 0) {
-    if (strcmp(name, "cuGetProcAddress_v2") == 0 || strcmp(name, "cuGetProcAddress") == 0) {
-      if (strcmp(name, "cuGetProcAddress_v2") == 0 && !real_getproc_) real_getproc_ = (getproc_fn)fn;
-      return strcmp(name, "cuGetProcAddress_v2") == 0 ? (void *)wrap_getproc : fn;
-    }
-    return wrap(name, fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT);
+    /* the exported "cuGetProcAddress" is the 11.x signature; "_v2" the current one */
+    return wrap(name, fn, strcmp(name, "cuGetProcAddress") == 0 ? 11000 : 12000, CU_GET_PROC_ADDRESS_DEFAULT);
   }
   return fn;
 }

@@ -43,11 +43,15 @@ typedef struct {
   CUresult (*eventSynchronize)(CUevent);
   CUresult (*eventElapsed)(float *, CUevent, CUevent);
   CUresult (*getErrorName)(CUresult, const char **);
+  CUresult (*streamWaitValue32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+  CUresult (*memHostAlloc)(void **, size_t, unsigned);
+  CUresult (*streamQuery)(CUstream);
+  CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
 } mna_driver;
 
 typedef struct {
   pthread_mutex_t mu;
-  int enabled, apply, cu_loaded, stats_written;
+  int enabled, apply, cu_loaded, stats_written, atexit_done;
   const char *stats_path;
   unsigned long check_k;
   uint32_t check_elem, check_norm;
@@ -61,6 +65,9 @@ typedef struct {
   CUevent evpool[MNA_EVPOOL];
   size_t nevpool;
   uint64_t unmatched;
+  int hold_state, held;
+  volatile uint32_t *hold_flag;
+  CUdeviceptr hold_dflag;
   char warn[MNA_MAX_WARN][512];
   int nwarn;
 } mna_state;
