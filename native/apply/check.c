@@ -127,8 +127,15 @@ CUresult mna_check(mna_entry *e, const void *c, CUfunction f, const uint32_t g[3
     release(rg, n, vbak, vexp, e->nvars);
     return CUDA_SUCCESS;
   }
-  /* the tuned kernel */
-  if (mna_mirror(e, s, 0) == 0 && (r = mna_fire(c, e->fn, tg, tb, ts, s, params, extra)) == CUDA_SUCCESS) {
+  /* the tuned kernel (timed like any applied launch) */
+  CUevent t0 = NULL;
+  int mirrored = mna_mirror(e, s, 0) == 0;
+  if (mirrored) {
+    mna_time_begin(s, &t0);
+    r = mna_fire(c, e->fn, tg, tb, ts, s, params, extra);
+    mna_time_end(s, t0, e, r);
+  }
+  if (mirrored && r == CUDA_SUCCESS) {
     e->applied++;
     mna_mirror(e, s, 1);
   } else {
