@@ -37,6 +37,8 @@ static dlsym_fn real_dlsym(void) {
   return real_dlsym_;
 }
 
+static int ours(const void *fn);
+
 void *mna_real(const char *name) {
   pthread_once(&once_, init_real);
   void *fn = NULL;
@@ -45,8 +47,10 @@ void *mna_real(const char *name) {
     if (real_getproc_(name, &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS)
       fn = NULL;
   }
-  if (!fn && libcuda_ && real_dlsym_) fn = real_dlsym_(libcuda_, name);
-  return fn;
+  /* a driver whose own references to its exports bind to ours (no -Bsymbolic) hands out our wrappers: the
+   * library's own symbol table has the real one */
+  if ((!fn || ours(fn)) && libcuda_ && real_dlsym_) fn = real_dlsym_(libcuda_, name);
+  return ours(fn) ? NULL : fn;
 }
 
 /* slots: [0] default stream semantics, [1] per-thread default stream */
@@ -79,9 +83,16 @@ MN_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsi
                                   CUstream, void **, void **);
 MN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
 
+static int ours(const void *fn) { return fn && (fn == (void *)cuLaunchKernel || fn == (void *)cuLaunchKernelEx); }
+
 /* The wrapper for `sym` (whose real function is `fn`), or `fn` itself. */
 static void *wrap(const char *sym, void *fn, int ver, cuuint64_t flags) {
-  if (!fn || !sym || fn == (void *)cuLaunchKernel || fn == (void *)cuLaunchKernelEx) return fn; /* ours already */
+  if (!fn || !sym) return fn;
+  if (ours(fn)) { /* see mna_real */
+    void *real = mna_real(sym);
+    if (!real) return fn;
+    fn = real;
+  }
   int slot = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? 1 : 0;
   if (strcmp(sym, "cuLaunchKernel") == 0 || strcmp(sym, "cuLaunchKernel_ptsz") == 0) {
     if (strcmp(sym, "cuLaunchKernel_ptsz") == 0) slot = 1;
