@@ -62,6 +62,24 @@ def keep(name: str, rep: dict, lines: str) -> None:
                              "lines": [l for l in lines.splitlines() if l.startswith(("apply", "  launches"))]}) + "\n")
 
 
+@pytest.fixture(scope="module")
+def tuned_for(tmp_path_factory):
+    """(record DB, tune results) per app command line and space, recorded and tuned once per module."""
+    cache = {}
+
+    def get(name, argv, space, trials, env=None):
+        key = (tuple(argv), space, trials, bool(env))
+        if key not in cache:
+            root = tmp_path_factory.mktemp(name)
+            _, db = recorded(name, argv, root)
+            out = root / "tune"
+            cache[key] = (db, out, tune(db, out, "--space", space, "--trials", trials,
+                                        *([] if env else ["--no-track"]), env=env))
+        return cache[key]
+
+    return get
+
+
 def recorded(name, argv, tmp_path):
     from mneme.record.db import find_dbs
 
@@ -77,10 +95,8 @@ def recorded(name, argv, tmp_path):
     ("vecadd", ["vecadd", str(1 << 24), "64"], "launch", 30),
     ("stencil2d", ["stencil2d", "4096", "4096", "2"], "compiler", 20),
 ])
-def test_apply_realizes_the_tuned_speedup_in_the_app(app, argv, space, trials, tmp_path):
-    rec, db = recorded(app, argv, tmp_path)
-    out = tmp_path / "tune"
-    s = tune(db, out, "--space", space, "--trials", trials, "--no-track")
+def test_apply_realizes_the_tuned_speedup_in_the_app(app, argv, space, trials, tuned_for):
+    db, out, s = tuned_for(app, argv, space, trials)
     p, rep = apply([out], argv, "--check", 1, "--rounds", 3)
     assert rep["app_ok"] and rep["kernels_applied"] == 1
     assert checksum(p.stdout) == checksum(plain(argv).stdout)  # the app's own output, unchanged
@@ -98,15 +114,14 @@ def test_apply_realizes_the_tuned_speedup_in_the_app(app, argv, space, trials, t
     ("devcounter", ["devcounter", str(1 << 20), "256", "5"], 5),
 ])
 @pytest.mark.parametrize("check", [0, 2])
-def test_the_tuned_kernel_sees_and_leaves_the_apps_device_state(app, argv, launches, check, tmp_path):
-    rec, db = recorded(app, argv, tmp_path)
-    out = tmp_path / "tune"
-    tune(db, out, "--space", "launch", "--trials", 8, "--no-track")
+def test_the_tuned_kernel_sees_and_leaves_the_apps_device_state(app, argv, launches, check, tuned_for, tmp_path):
+    db, out, _ = tuned_for(app, argv, "launch", 8)
     # force a launch shape other than the recorded one, so the swapped-in kernel is visibly the tuned one
     w = yaml.safe_load((out / "wisdom.yaml").read_text())
     k = w["kernels"][0]
     k["config"]["block"]["x"], k["config"]["grid"]["x"] = 128, k["config"]["grid"]["x"] * k["config"]["block"]["x"] // 128
     k.pop("code_hash"), k["provenance"].pop("compile_cache", None)
+    w["kernels"][0]["record"]["db"] = str(db)  # the copy lives elsewhere: an absolute path
     wpath = tmp_path / "w.yaml"
     wpath.write_text(yaml.safe_dump(w))
     p, rep = apply([wpath], argv, "--check", check)
@@ -118,10 +133,8 @@ def test_the_tuned_kernel_sees_and_leaves_the_apps_device_state(app, argv, launc
     keep(f"{app}-check{check}", rep, p.stdout)
 
 
-def test_scaled_rule_applies_to_another_problem_size(tmp_path):
-    rec, db = recorded("vecadd", ["vecadd", str(1 << 22)], tmp_path)
-    out = tmp_path / "tune"
-    tune(db, out, "--space", "launch", "--trials", 12, "--no-track")
+def test_scaled_rule_applies_to_another_problem_size(tuned_for):
+    db, out, _ = tuned_for("vecadd", ["vecadd", str(1 << 22)], "launch", 12)
     other = ["vecadd", str(3 * (1 << 22) + 17)]
     p, rep = apply([out], other, "--rule", "exact")
     assert rep["entries"][0]["matched"] == 0 and "no launch matched" in p.stdout
@@ -133,15 +146,14 @@ def test_scaled_rule_applies_to_another_problem_size(tmp_path):
     assert checksum(p.stdout) == checksum(plain(other).stdout)
 
 
-def test_a_cubin_that_fails_to_load_falls_back_with_a_warning(tmp_path):
+def test_a_cubin_that_fails_to_load_falls_back_with_a_warning(tuned_for, tmp_path):
     argv = ["vecadd"]
-    rec, db = recorded("vecadd", argv, tmp_path)
-    out = tmp_path / "tune"
-    tune(db, out, "--space", "quick", "--trials", 4, "--no-track")
+    db, out, _ = tuned_for("vecadd", argv, "quick", 4)
     w = yaml.safe_load((out / "wisdom.yaml").read_text())
     bad = tmp_path / "bad.cubin"
     bad.write_bytes(b"not a cubin")
     w["kernels"][0]["cubin"] = str(bad)
+    w["kernels"][0]["record"]["db"] = str(db)  # the copy lives elsewhere: an absolute path
     wpath = tmp_path / "w.yaml"
     wpath.write_text(yaml.safe_dump(w))
     p, rep = apply([wpath], argv)
@@ -149,15 +161,14 @@ def test_a_cubin_that_fails_to_load_falls_back_with_a_warning(tmp_path):
     assert rep["entries"][0]["fell_back"] == 1 and rep["entries"][0]["applied"] == 0
 
 
-def test_check_stops_the_app_on_a_wrong_tuned_kernel(tmp_path):
+def test_check_stops_the_app_on_a_wrong_tuned_kernel(tuned_for, tmp_path):
     argv = ["vecadd"]
-    rec, db = recorded("vecadd", argv, tmp_path)
-    out = tmp_path / "tune"
-    tune(db, out, "--space", "quick", "--trials", 4, "--no-track")
+    db, out, _ = tuned_for("vecadd", argv, "quick", 4)
     w = yaml.safe_load((out / "wisdom.yaml").read_text())
     k = w["kernels"][0]
     k["config"]["block"]["x"], k["config"]["grid"]["x"] = 256, 1  # covers only the first 256 elements
     k.pop("code_hash"), k["provenance"].pop("compile_cache", None)
+    w["kernels"][0]["record"]["db"] = str(db)  # the copy lives elsewhere: an absolute path
     wpath = tmp_path / "w.yaml"
     wpath.write_text(yaml.safe_dump(w))
     p, rep = apply([wpath], argv, "--check", 1, check=False)
