@@ -33,6 +33,7 @@ def apply_app(tuned: Sequence[str], argv: Sequence[str], *, workdir: Optional[st
     manifest = write_manifest(entries, wd / "manifest.txt")
     runner = ApplyRunner(manifest, wd, list(argv), check=check, atol=atol, rtol=rtol, tol_type=tol_type, quiet=quiet)
     rep = build_report(entries, runner.rounds(rounds), notes)
+    rep.workdir = str(wd)
     write_report(rep, wd)
     if track_run:
         track(rep, wisdom, list(argv), wd, tracking_uri, experiment)

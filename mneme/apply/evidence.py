@@ -56,6 +56,7 @@ class ApplyReport:
     warnings: List[str] = field(default_factory=list)
     check_failed: str = ""
     notes: Dict[str, List[str]] = field(default_factory=dict)
+    workdir: str = ""
 
     @property
     def wall_speedup(self) -> Optional[float]:
@@ -80,7 +81,7 @@ class ApplyReport:
             **self.campaign(),
             "wall_original_s": self.wall_original_s, "wall_applied_s": self.wall_applied_s,
             "returncodes": self.returncodes, "warnings": self.warnings, "check_failed": self.check_failed,
-            "notes": self.notes,
+            "notes": self.notes, "workdir": self.workdir,
             "entries": [{**k.__dict__, "realized": k.realized, "gain_ratio": k.gain_ratio} for k in self.kernels],
         }
 
@@ -111,6 +112,8 @@ class ApplyReport:
         if self.check_failed:
             out.append(f"apply --check FAILED: {self.check_failed}")
         out += [f"warning: {w}" for w in dict.fromkeys(self.warnings)]
+        if self.workdir:
+            out.append(f"results: {self.workdir} (apply.json, manifest.txt, the cubins, the statistics of each run)")
         return out
 
 

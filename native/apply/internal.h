@@ -46,6 +46,7 @@ typedef struct {
   CUresult (*streamWaitValue32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
   CUresult (*memHostAlloc)(void **, size_t, unsigned);
   CUresult (*streamQuery)(CUstream);
+  CUresult (*streamIsCapturing)(CUstream, CUstreamCaptureStatus *);
   CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
 } mna_driver;
 

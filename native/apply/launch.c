@@ -67,6 +67,7 @@ static int load_driver(void) {
   if (!A.cu.streamWaitValue32) LOAD(streamWaitValue32, "cuStreamWaitValue32");
   LOAD(memHostAlloc, "cuMemHostAlloc");
   LOAD(streamQuery, "cuStreamQuery");
+  LOAD(streamIsCapturing, "cuStreamIsCapturing");
   LOAD(memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
   int ok = A.cu.ctxGetCurrent && A.cu.moduleLoad && A.cu.moduleGetFunction && A.cu.moduleGetGlobal &&
            A.cu.memcpyDtoDAsync && (A.cu.funcGetName || A.cu.kernelGetName);
@@ -430,15 +431,20 @@ static CUresult launch(const fire_ctx *c, CUfunction f, const uint32_t g[3], con
   }
   e->matched++;
   CUresult r;
-  CUevent t0;
+  CUevent t0 = NULL;
+  /* a stream being captured into a graph must not be queried or synchronized: no timing, no check there (the
+   * swap and the variable copies become part of the graph) */
+  CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+  int capturing = A.cu.streamIsCapturing && A.cu.streamIsCapturing(s, &cap) == CUDA_SUCCESS &&
+                  cap != CU_STREAM_CAPTURE_STATUS_NONE;
   if (!A.apply) { /* observe: the original, timed */
-    mna_time_begin(s, &t0);
+    if (!capturing) mna_time_begin(s, &t0);
     r = fire(c, f, g, b, shm, s, params, extra);
-    mna_time_end(s, t0, e, r);
+    if (!capturing) mna_time_end(s, t0, e, r);
   } else if (!ensure_loaded(e, f)) {
     e->fell_back++;
     r = fire(c, f, g, b, shm, s, params, extra);
-  } else if (e->checked < A.check_k) {
+  } else if (e->checked < A.check_k && !capturing) {
     e->checked++;
     r = mna_check(e, c, f, g, b, shm, tg, tb, ts, s, params, extra, params_of(e, params, extra, pbuf));
   } else {
@@ -446,12 +452,17 @@ static CUresult launch(const fire_ctx *c, CUfunction f, const uint32_t g[3], con
       e->fell_back++;
       r = fire(c, f, g, b, shm, s, params, extra);
     } else {
-      mna_time_begin(s, &t0);
+      if (!capturing) mna_time_begin(s, &t0);
       r = fire(c, e->fn, tg, tb, ts, s, params, extra);
-      mna_time_end(s, t0, e, r);
+      if (!capturing) mna_time_end(s, t0, e, r);
       if (r == CUDA_SUCCESS) {
         e->applied++;
         mna_mirror(e, s, 1);
+      } else { /* e.g. too many resources for this shape: the original from now on */
+        mna_warn("the tuned %s did not launch (%s); the original kernel runs from now on", e->kernel, mna_err(r));
+        e->load_state = -1;
+        e->fell_back++;
+        r = fire(c, f, g, b, shm, s, params, extra);
       }
     }
   }
