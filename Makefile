@@ -10,7 +10,7 @@ CLANG ?= clang++-22
 K ?=
 export CUDA_HOME
 
-.PHONY: setup system-packages native ptx examples test demo gpu-bundle gpu-check fixtures bench clean
+.PHONY: setup system-packages native ptx examples test demo gpu-bundle gpu-check fixtures bench corpus clean
 
 # ---- setup ------------------------------------------------------------------------------
 setup: $(VENV)/.installed native
@@ -61,6 +61,11 @@ fixtures:
 
 bench:
 	bash scripts/bench.sh $(PART)
+
+# The corpus campaign (docs/GPU.md): make corpus STAGE=build|plan|pack|plain|record|replay|tune|ncu|merge APPS=a,b
+STAGE ?= build
+corpus:
+	bash scripts/corpus.sh $(STAGE) $(if $(APPS),--apps $(APPS))
 
 clean:
 	rm -rf mneme/_native*.so mneme/lib build examples/bin examples/obj

@@ -44,6 +44,8 @@ class Driver:
         self.verbose = verbose
         self.archs = inv.archs or [os.environ.get("MNEME_CUDA_ARCH", DEFAULT_ARCH)]
         self.env = tc.env()
+        #: the device-code settings of this build, stored in the embedded IR's metadata ("build")
+        self.build = build_settings(inv)
 
     # ---- running commands ------------------------------------------------------------------------
     def _show(self, cmd: Sequence[str]) -> None:
@@ -135,6 +137,7 @@ class Driver:
             "rdc": self.inv.is_rdc,
             "cwd": os.getcwd(),
             "flags": self.inv.ir_flags(),
+            "build": self.build,
         }
         ir_obj = self.section_object(pack_entry(bitcode, meta), tmp, src.path)
         merged = obj + ".mneme-tmp"
@@ -193,6 +196,22 @@ class Driver:
             else:
                 cmd = [self.tc.clang] + args + self.archive_ir(args, tmp) + self.tc.link_flags() + ["-o", out]
             self.run(cmd, f"linking {out}")
+
+
+def build_settings(inv: Invocation) -> dict:
+    """How `mneme cc` was asked to build the device code: the -O level, the floating-point and
+    ptxas flags (the replay baseline compiles as the app was built; mneme.cc.embedded.build_settings)."""
+    flags = inv.flags()
+    opt = next((a[2:] or "1" for a in reversed(flags) if a.startswith("-O")), "0")
+    fp = [a for a in flags if a.startswith(("-ffast-math", "-fno-fast-math", "-ffp-contract", "-fgpu-", "-fno-gpu-",
+                                              "-fcuda-", "-fno-cuda-", "-fdenormal"))]
+    ptxas = [b for a, b in zip(flags, flags[1:]) if a == "-Xcuda-ptxas"]
+    fast = "-ffast-math" in fp
+    return {"compiler": "cc", "opt_level": opt, "host_opt_level": opt, "fp_flags": fp, "ptxas": ptxas,
+            "ftz": "-fgpu-flush-denormals-to-zero" in fp or "-fcuda-flush-denormals-to-zero" in fp,
+            "fast_math": fast, "prec_div": not fast,
+            "prec_sqrt": False,  # clang-22 lowers sqrtf to sqrt.approx unless told otherwise (TOOLCHAIN.md)
+            "fmad": "-ffp-contract=off" not in fp, "maxrregcount": None, "rdc": inv.is_rdc}
 
 
 def _static_archives(args: Sequence[str]) -> List[str]:

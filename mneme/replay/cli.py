@@ -40,6 +40,30 @@ BOOL_FLAGS = [
     (("--set-launch-bounds", "-slb"), ("--no-launch-bounds",), "set_launch_bounds", "inject launch bounds"),
 ]
 
+#: (flags, MeasurementSettings field, type, help) — the verification flags of `mneme replay` and `mneme tune`
+#: (docs/VERIFY.md); the Hydra config sets the same fields under `measure`
+VERIFY_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
+    (("--verify-runs",), "verify_runs", int,
+     "replay the recorded configuration N times first and learn which bytes vary between identical runs "
+     "(float atomics, work queues, scratch); default 0: compare with the recorded epilogue only"),
+    (("--verify-margin",), "verify_margin", float,
+     "calibrated tolerance = (1 + margin) x the spread seen across those runs (default 3)"),
+    (("--float-rtol",), "float_rtol", float,
+     "relative tolerance for float buffers (element type from the IR): outputs that only round differently "
+     "(fast-math, FMA contraction); the error is reported per run"),
+]
+
+
+def add_verify_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("verification (docs/VERIFY.md)")
+    for flags, name, typ, help_text in VERIFY_FLAGS:
+        g.add_argument(*flags, dest=name, type=typ, default=None, help=help_text)
+
+
+def verify_settings(args: argparse.Namespace) -> dict:
+    """The verification fields of MeasurementSettings the command line set."""
+    return {name: getattr(args, name) for _, name, _, _ in VERIFY_FLAGS if getattr(args, name, None) is not None}
+
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("replay configuration (defaults: the recorded instance)")
@@ -61,6 +85,7 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tol-type", default=None, help="element type the tolerances apply to (default f32)")
     g.add_argument("--arch", default=None, help="target arch, e.g. sm_90 (default: the recorded one)")
     g.add_argument("--timeout", type=float, default=None, help="watchdog seconds for a hung kernel (default 60)")
+    add_verify_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace, base: ExperimentConfiguration) -> ExperimentConfiguration:
@@ -139,6 +164,8 @@ def summary(pipe, config: ExperimentConfiguration, r: ExperimentResult) -> str:
             lines.append(f"fidelity   {r.fidelity:.3f}  (replay median / in-app median {_us(inapp)})")
     else:
         lines.append(f"run        {r.status}")
+    if r.verified and r.verification:
+        lines.append("verify     " + r.verification.replace("\n", "\n           "))
     if r.error:
         lines.append(f"error      {r.error}")
     return "\n".join(lines)
@@ -154,6 +181,10 @@ def run(args: argparse.Namespace) -> int:
     problems = config.problems()
     if problems:
         raise ConfigurationError("invalid replay configuration: " + "; ".join(problems))
+    # a damaged or inconsistent record is the user's error (one line, exit 2), not a compile_error result
+    pipe.linked()
+    if config.specialize:
+        pipe.arg_values()
     # --track logs the .ll too; deciding it here lets the artifact step below hit the compile cache
     keep_ll = bool(args.output_ll or args.track)
     if args.compile_only:

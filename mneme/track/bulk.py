@@ -66,23 +66,48 @@ class CommitLock(FileLock):
 
     SQLite's own busy handler sleeps 1, 2, 5 ... 100 ms between looks at a held lock, so a writer that
     finds it taken idles long after it is free; the kernel wakes a flock waiter at once. The lock file is
-    in the temporary directory, named by the database's path, so none is left beside the user's store.
+    in the temporary directory, named by the database's path, so none is left beside the user's store; it is
+    removed when unused (mneme.tmpfiles: at exit, or by the next run after a killed writer), and every acquire
+    checks that the path still names the file it locked, opening it again when another process removed it.
     """
 
     def __init__(self, database: str):
+        import atexit
         import tempfile
 
+        from mneme import tmpfiles
+
         digest = hashlib.blake2b(os.path.realpath(database).encode(), digest_size=12).hexdigest()
+        tmpfiles.reap()
         super().__init__(os.path.join(tempfile.gettempdir(), f"mneme-sqlite-{digest}.lock"))
         self._file()  # an unusable $TMPDIR shows here, where the caller falls back to MlflowClient's path
+        atexit.register(self.close)
         #: seconds spent waiting for the other writers
         self.waited = 0.0
 
     def acquire(self) -> bool:
+        from mneme.tmpfiles import same_file
+
         t = time.perf_counter()
-        super().acquire()
+        while True:
+            super().acquire()
+            if same_file(self._file(), self.path):
+                break
+            super().release()  # removed by a process that found it unused: lock the file now at the path
+            super().close()
         self.waited += time.perf_counter() - t
         return True
+
+    def close(self) -> None:
+        """Remove the lock file if no process holds it, and close it."""
+        from mneme.tmpfiles import remove_if_unlocked
+
+        if self._fd is not None and self._pid == os.getpid() and self._threads.acquire(blocking=False):
+            try:
+                remove_if_unlocked(self.path, self._fd)
+            finally:
+                self._threads.release()
+        super().close()
 
 
 class NotBulk(Exception):

@@ -15,7 +15,7 @@ import pandas as pd
 
 from mneme.errors import ConfigurationError
 from mneme.track import runs
-from mneme.track.store import resolve_uri
+from mneme.track.store import check_store, resolve_uri
 from mneme.track.tracker import DEFAULT_EXPERIMENT
 
 FORMATS = ("table", "csv", "markdown", "json")
@@ -134,6 +134,7 @@ def compare(args: argparse.Namespace) -> pd.DataFrame:
     from mlflow import MlflowClient
 
     uri = resolve_uri(args.tracking_uri)
+    check_store(uri, write=False)  # an unreachable server or a missing store: one line, not minutes of retries
     name = args.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(name)

@@ -164,6 +164,9 @@ def result_metrics(
         out.append(("verified", 1.0 if result.verified else 0.0, 0))
         out.append(("occupancy", float(result.occupancy or 0.0), 0))
         out.append(("fidelity", float(result.fidelity or 0.0), 0))
+        # the largest error verification saw on float buffers (docs/VERIFY.md): per trial, also when it passed
+        out.append(("verify_max_abs_err", float(result.max_abs_err or 0.0), 0))
+        out.append(("verify_max_rel_err", float(result.max_rel_err or 0.0), 0))
     s = speedup(baseline_ns, result, metric)
     if s is not None:
         out.append(("speedup", s, 0))
