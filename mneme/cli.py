@@ -29,6 +29,8 @@ COMMANDS = {
     "replay": ("mneme.replay.cli", "replay one recorded kernel instance under a replay configuration"),
     "tune": ("mneme.tune.cli", "search replay configurations of a recorded kernel"),
     "compare": ("mneme.track.compare", "compare the MLflow runs of an experiment"),
+    "apply": ("mneme.apply.cli", "run an app with its tuned kernels swapped in at launch: mneme apply TUNED... -- ./app"),
+    "export": ("mneme.apply.export", "write a wisdom file from the best MLflow run of a sweep"),
 }
 
 
@@ -42,6 +44,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from mneme.cc.nvcc import main as nvcc_main
 
         return nvcc_main(argv[1:])
+    app_argv = None
+    if argv and argv[0] == "apply" and "--" in argv:  # everything after `--` is the app's command line
+        i = argv.index("--")
+        argv, app_argv = argv[:i], argv[i + 1:]
     parser = argparse.ArgumentParser(prog="mneme", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"mneme {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -56,6 +62,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not _REAP_AT_EXIT:
         _REAP_AT_EXIT.append(atexit.register(_reap))
+    if app_argv is not None:
+        args.app = app_argv
     try:
         mod = args._module
         return int(mod.run(args) or 0)
