@@ -147,13 +147,24 @@ def _writable_file(path: str, what: str) -> None:
     import tempfile
 
     p = Path(path)
+    made = [d for d in p.parents if not d.exists()]  # innermost first
+    existed = p.exists()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "ab"):
             pass
-        with tempfile.TemporaryFile(dir=p.parent, prefix=".mneme-probe-"):
-            pass  # SQLite's WAL and the journal's lock file live beside it
+        with tempfile.TemporaryFile(dir=p.parent, prefix=".mneme-probe-") as f:
+            f.write(b"\0" * 4096)  # SQLite's WAL and the journal's lock file live beside it; a full disk shows here
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as e:
+        if not existed and p.exists():
+            p.unlink()
+        for d in made:  # leave the place as it was
+            try:
+                d.rmdir()
+            except OSError:
+                break
         raise ConfigurationError(
             f"{what} {path} cannot be written ({e.strerror or e}); choose a writable place with --storage or -o"
         ) from None
