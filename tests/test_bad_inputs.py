@@ -411,34 +411,40 @@ def ctx(tmp_path_factory, pristine):
     """Shared faults: a full and a read-only tmpfs (root only) and a TCP server that never answers."""
     root = tmp_path_factory.mktemp("faults")
     out: dict = {}
-    mounted = []
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        full, ro = root / "full", root / "ro"
-        if _mount(full, "size=128k"):
-            mounted.append(full)
-            fd = os.open(full / "filler", os.O_WRONLY | os.O_CREAT)
-            try:  # fill it to the last block
-                while os.write(fd, b"\0" * 4096):
-                    pass
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-            out["full"] = str(full)
-        if _mount(ro, "size=1m"):
-            mounted.append(ro)
-            shutil.copytree(pristine / "vecadd", ro / "vecadd")
-            if subprocess.run(["mount", "-o", "remount,ro", str(ro)], capture_output=True).returncode == 0:
-                out["ro"] = str(ro)
-                out["ro_db"] = find_dbs(str(ro / "vecadd"))[0]
+    mounted: List[Path] = []
     silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)  # accepts connections (the kernel does), never answers
-    out["silent_port"] = silent.getsockname()[1]
-    yield out
-    silent.close()
-    for m in mounted:
-        subprocess.run(["umount", str(m)], capture_output=True)
+    try:
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            _make_mounts(root, pristine, out, mounted)
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # accepts connections (the kernel does), never answers
+        out["silent_port"] = silent.getsockname()[1]
+        yield out
+    finally:
+        silent.close()
+        for m in mounted:
+            subprocess.run(["umount", "-l", str(m)], capture_output=True)
+
+
+def _make_mounts(root: Path, pristine: Path, out: dict, mounted: List[Path]) -> None:
+    full, ro = root / "full", root / "ro"
+    if _mount(full, "size=128k"):
+        mounted.append(full)
+        fd = os.open(full / "filler", os.O_WRONLY | os.O_CREAT)
+        try:  # fill it to the last block
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        out["full"] = str(full)
+    if _mount(ro, "size=1m"):
+        mounted.append(ro)
+        shutil.copytree(pristine / "vecadd", ro / "vecadd")
+        if subprocess.run(["mount", "-o", "remount,ro", str(ro)], capture_output=True).returncode == 0:
+            out["ro"] = str(ro)
+            out["ro_db"] = find_dbs(str(ro / "vecadd"))[0]
 
 
 @pytest.mark.parametrize("c", CASES, ids=[f"{c.cls}:{c.name}" for c in CASES])
