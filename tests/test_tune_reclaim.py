@@ -62,3 +62,17 @@ def test_stale_reclaims_dead_local_owners_at_once_and_others_by_heartbeat(study)
     assert [t.number for t in ledger.stale(beats, "me", stale_after=120, now=now)] == [dead]
     later = [t.number for t in ledger.stale(beats, "me", stale_after=120, now=now + 200)]
     assert sorted(later) == sorted([dead, remote]) and alive not in later
+
+
+def test_a_resume_with_other_options_reports_them(tmp_path):
+    from test_tune_study import options
+    from test_tune_support import write_record
+
+    from mneme.tune.tuner import Tuner
+
+    record = write_record(tmp_path / "rec")
+    out = tmp_path / "out"
+    first = Tuner(options(record, out, space="standard", sampler="tpe", trials=4, seed=1)).run()
+    assert first.summary["sampler"] == "tpe"
+    again = Tuner(options(record, out, space="standard", sampler="random", trials=6, resume=True)).run()
+    assert again.exit_code == 0 and again.summary["sampler"] == "random"
