@@ -369,20 +369,9 @@ def owner_alive_here(owner: str) -> Optional[bool]:
     parts = str(owner).split(":")
     if len(parts) < 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
         return None
-    pid = int(parts[1])
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    from mneme.tmpfiles import pid_alive
+
+    return pid_alive(int(parts[1]))
 
 
 def heartbeats(study) -> Dict[str, float]:
