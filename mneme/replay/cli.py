@@ -171,6 +171,21 @@ def summary(pipe, config: ExperimentConfiguration, r: ExperimentResult) -> str:
     return "\n".join(lines)
 
 
+def write_output(path: str, data: bytes) -> None:
+    """Write an output file whole or not at all (a temporary name, then a rename); ConfigurationError names it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ConfigurationError(f"{path}: cannot write it ({e.strerror or e})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from mneme.replay.pipeline import ReplayPipeline
 
@@ -197,11 +212,9 @@ def run(args: argparse.Namespace) -> int:
         ck = pipe.compile(config, keep_ll=keep_ll)
         for path, data in ((args.output_ll, ck.ll), (args.output_ptx, ck.ptx)):
             if path and data is not None:
-                with open(path, "w") as f:
-                    f.write(data)
+                write_output(path, data.encode())
         if args.output_cubin:
-            with open(args.output_cubin, "wb") as f:
-                f.write(ck.cubin.cubin)
+            write_output(args.output_cubin, ck.cubin.cubin)
     print(summary(pipe, config, result))
     if args.json:
         doc = {"config": config.to_dict(), "settings": settings.to_dict(), "result": result.to_dict(),
@@ -210,8 +223,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json == "-":
             print(text)
         else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+            write_output(args.json, (text + "\n").encode())
     if args.track:
         from mneme.track import log_replay
 
