@@ -181,6 +181,7 @@ def record_app(app: App, budget: stage.Budget, ctx: Ctx, with_plain: bool = True
             return row
     rdb = ctx.rdb(app)
     shutil.rmtree(rdb, ignore_errors=True)
+    (ctx.work / app.name / "replay.json").unlink(missing_ok=True)  # it described the previous recording
     limit = budget.cap(ctx.app_timeout * 4)
     p = stage.run(record_argv(ctx, app, rdb), timeout=limit, cwd=ctx.run_dir(app, "record"))
     if _cut(p, limit, ctx.app_timeout * 4):
