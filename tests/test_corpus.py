@@ -430,7 +430,7 @@ def test_schema_requires_the_issue_fields():
 def test_render_shows_each_app_and_each_miss_with_its_cause():
     md = render.render(merge.merge(None, synthetic(), ["A", "B", "C"]))
     assert md.startswith("# Corpus campaign") and "corpus: 1/3 built unmodified (1 not built yet)" in md
-    assert "| A | yes | yes | yes | yes | 2 / 1 / 1 | 1.50x |" in md
+    assert "| A | yes | yes | yes | yes | 2 / 1 / 1 | 1.50x (+1.0 s) |" in md
     assert "- **B**: build failed: nvcc fatal : bad flag" in md
     assert "- **A**: kernel `q()` not replayable: cooperative launch" in md
     assert "| A | k(float\\*)" not in md and "| A | k(float*) | 10 | 2 | 50.00 | 51.00 | 1.020 | 50.00 | 1.020 |" in md
