@@ -24,7 +24,7 @@ DOC_JSON = ROOT / "docs" / "corpus.json"
 DOC_MD = ROOT / "docs" / "CORPUS.md"
 GPU_STAGES = ("plain", "record", "replay", "tune", "ncu")
 #: a device call runs at most 600 s; setting up the bundle takes some of it
-GPU_BUDGET_S = 480.0
+GPU_BUDGET_S = 450.0
 SCRIPT = "bash scripts/corpus.sh"
 
 
@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--corpus", type=Path, default=corpus_apps.DEFAULT_CORPUS, help="corpus folder with apps.tsv")
     ap.add_argument("--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS,
                     help="where the stage result goes (default $OUT, else .corpus/results)")
-    ap.add_argument("--budget", type=float, default=None, help="seconds for the stage (GPU default 480, build 4 h)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds for the stage (GPU default 450, build 4 h)")
     ap.add_argument("--tag", default="", help="suffix of the result file name")
     b = ap.add_argument_group("build / pack")
     b.add_argument("--nvcc", default=None, help="CUDA compiler for $NVCC (default: mneme-nvcc, else nvcc)")
