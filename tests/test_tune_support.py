@@ -238,3 +238,14 @@ def test_synthetic_landscape_has_the_documented_optimum():
 
 if __name__ == "__main__":  # pragma: no cover - manual use: write a record DB to a directory
     print(write_record(Path(sys.argv[1])))
+
+
+class ContextKillingBackend(SyntheticBackend):
+    """A block of 64 threads makes an illegal address (a sticky error that kills the CUDA context); at the
+    recorded block, -O2 codegen does (the compile settings are to blame there)."""
+
+    def run(self, compiled, config):
+        if config.block.total() == 64 or (config.block.total() == 128 and config.codegen_opt == 2):
+            return ExperimentResult(status="runtime_error", failed=True,
+                                    error="CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered (sticky)")
+        return super().run(compiled, config)

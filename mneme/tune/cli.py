@@ -179,6 +179,18 @@ def _print_plan(plan: dict) -> None:
     print(f"space    {sp['name']}: {sp['size'] if sp['size'] is not None else 'infinite'} points")
     for name, dom in sp["dimensions"].items():
         print(f"  {name:<18} {json.dumps(dom)[:150]}")
+    la = sp.get("launch_analysis")
+    if la:
+        f = la["facts"]
+        reads = ", ".join(f"{k}.{v}" for k, v in f["reads"].items()) or "none"
+        print(f"launch safety from the IR ({f['analyzed']}): reads {reads}")
+        for t in f["shared_tiles"]:
+            print(f"  shared {t['name']} {'x'.join(map(str, t['shape']))} ({t['bytes']} B) indexed by threadIdx "
+                  f"{t['threadIdx'] or '-'}")
+        for line in la["rules"]["lines"]:
+            print(f"  {line}")
+        print(f"  (these hold at every --launch-safety level; --launch-safety {sp.get('launch_safety')} decides how far "
+              "the free axes may stray; aggressive drops only the block.x warp rule)")
     if sp.get("launch"):
         print(f"  launch candidates ({sp.get('launch_safety')}):")
         for key, s in sp["launch"].items():

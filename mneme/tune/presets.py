@@ -71,6 +71,8 @@ class PresetSpace(SearchSpace):
         return {
             "baseline": self.ctx.baseline.to_dict(),
             "launch_safety": self.ctx.launch_safety,
+            "launch_analysis": (None if self.ctx.launch_facts is None else
+                                {"facts": self.ctx.launch_facts.describe(), "rules": self.ctx.launch_rules().describe()}),
             "launch": {
                 k: {"block": s.block.to_dict(), "grid": s.grid.to_dict(), "shared_mem": s.shared_mem}
                 for k, s in self.shapes.items()
@@ -80,7 +82,8 @@ class PresetSpace(SearchSpace):
 
 def _shapes(ctx: SpaceContext) -> List[LaunchShape]:
     b = ctx.baseline
-    return launch_candidates(b.grid, b.block, b.shared_mem, ctx.launch_safety, ctx.max_launch_candidates)
+    return launch_candidates(b.grid, b.block, b.shared_mem, ctx.launch_safety, ctx.max_launch_candidates,
+                             allow=ctx.allows_block())
 
 
 def _main_axis_shapes(ctx: SpaceContext, n: int) -> List[LaunchShape]:
