@@ -25,6 +25,7 @@ from mneme.errors import ConfigurationError
 from mneme.ir.codegen import CubinResult, assembler, assembler_version, emit_ptx, link_cubin, nvjitlink_options
 from mneme.ir.hashing import code_hash as make_code_hash
 from mneme.ir.hashing import static_hash as make_static_hash
+from mneme.ir.knobs import CodeKnobs
 from mneme.ir.module import kernel_function
 from mneme.ir.params import ParamInfo, kernel_params
 from mneme.ir.pipeline import optimize, parse_pipeline
@@ -227,7 +228,9 @@ def compile_kernel(
     if static_hash is None:
         static_hash = make_static_hash(linked_mod, kernel_name)
     using = assembler()
-    key = make_code_hash(static_hash, spec, pipeline, config.codegen_opt, config.codegen_method, arch, using)
+    knobs = CodeKnobs.of(config)
+    key = make_code_hash(static_hash, spec, pipeline, config.codegen_opt, config.codegen_method, arch, using,
+                         knobs.describe())
     store = default_cache() if cache is None else (None if cache is False else cache)
     if store is not None:
         hit = store.get(key)
@@ -236,17 +239,19 @@ def compile_kernel(
 
     ir_arch, ir_ptx = function_target(fn)
     retarget = arch if ir_arch and ir_arch != arch else None
-    if spec or retarget:
-        mod = reparse(rewrite_ir(str(linked_mod), kernel_name, spec, fn, params, retarget), kernel_name)
+    if spec or retarget or knobs.rewrites_ir:
+        text = rewrite_ir(str(linked_mod), kernel_name, spec, fn, params, retarget)
+        mod = reparse(knobs.rewrite(text), kernel_name)
     else:
         mod = linked_mod.clone()
     t1 = time.perf_counter()
-    optimize(mod, pipeline, arch, config.codegen_opt)
+    optimize(mod, pipeline, arch, config.codegen_opt, tuning=knobs)
     ll = str(mod) if keep_ll else None
     t2 = time.perf_counter()
     ptx = emit_ptx(mod, arch, config.codegen_opt, ir_ptx or DEFAULT_PTX)
     t3 = time.perf_counter()
-    cubin = link_cubin(ptx, arch, config.codegen_opt, config.codegen_method, kernel=kernel_name, using=using)
+    cubin = link_cubin(ptx, arch, knobs.assembler_opt(config.codegen_opt), config.codegen_method, kernel=kernel_name,
+                       using=using, extra=knobs.ptxas_flags())
     t4 = time.perf_counter()
     ck = CompiledKernel(
         code_hash=key,

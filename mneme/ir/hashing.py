@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, List, Mapping, Union
+from typing import Any, List, Mapping, Optional, Union
 
 import llvmlite.binding as llvm
 
@@ -107,6 +107,7 @@ def code_hash(
     codegen_method: str,
     arch: str,
     assembler: str = "ptxas",
+    knobs: Optional[Mapping[str, Any]] = None,
 ) -> str:
     """SHA-256 (hex) naming one compiled variant: equal hashes mean identical code (so the PTX assembler,
     whole-program ptxas or relocatable nvJitLink, is part of it)."""
@@ -122,4 +123,6 @@ def code_hash(
         "arch": arch,
         "assembler": assembler,
     }
+    if knobs:  # only set knobs (mneme.ir.knobs): hashes of code without them stay as they were
+        doc["knobs"] = dict(knobs)
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

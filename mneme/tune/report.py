@@ -136,12 +136,45 @@ def replay_command(record_db: str, record_id: Optional[str], config: ExperimentC
     if c.set_launch_bounds:
         argv += ["--set-launch-bounds", "--max-threads", str(c.max_threads), "--min-blocks-per-sm", str(c.min_blocks_per_sm)]
     argv += ["--codegen-opt", str(c.codegen_opt), "--codegen-method", c.codegen_method]
+    argv += knob_flags(c)
     if iterations:
         argv += ["--iterations", str(iterations)]
     if warmup is not None:
         argv += ["--warmup", str(warmup)]
     argv.append(c.passes)
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def knob_flags(c: ExperimentConfiguration) -> List[str]:
+    """`mneme replay` flags for the code knobs that differ from their defaults."""
+    from mneme.config import KNOB_DEFAULTS
+
+    out: List[str] = []
+    for name, default in KNOB_DEFAULTS.items():
+        v = getattr(c, name)
+        if v == default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(default, bool):
+            out.append(flag if v else "--no-" + name.replace("_", "-"))
+        else:
+            out += [flag, str(v)]
+    return out
+
+
+#: how to get each code knob in an application's own build (clang / nvcc)
+KNOB_BUILD = {
+    "unroll": lambda v: ("`#pragma unroll 1` on the kernel's loops (no unrolling)" if v == 1 else
+                         f"`#pragma unroll {v}` on the kernel's loops"),
+    "inline_threshold": lambda v: f"clang `-Xarch_device -mllvm -Xarch_device -inline-threshold={v}`",
+    "vectorize": lambda v: "clang `-Xarch_device -fno-vectorize -Xarch_device -fno-slp-vectorize`",
+    "fma": lambda v: "`-ffp-contract=off` (clang) / `--fmad=false` (nvcc)",
+    "fast_math": lambda v: "`-ffast-math -fcuda-flush-denormals-to-zero` (clang) / `--use_fast_math` (nvcc)",
+    "ptxas_opt": lambda v: f"`-Xcuda-ptxas -O{v}` (clang) / `-Xptxas -O{v}` (nvcc)",
+    "max_regs": lambda v: f"`-maxrregcount={v}` (nvcc) / `-Xcuda-ptxas --maxrregcount={v}` (clang)",
+    "dlcm": lambda v: f"`-Xptxas -dlcm={v}` (nvcc) / `-Xcuda-ptxas -dlcm={v}` (clang)",
+    "expensive_opts": lambda v: "`-Xptxas --allow-expensive-optimizations=true`",
+}
 
 
 def build_changes(config: ExperimentConfiguration, baseline: Optional[ExperimentConfiguration],
@@ -184,6 +217,12 @@ def build_changes(config: ExperimentConfiguration, baseline: Optional[Experiment
     if c.codegen_opt != b.codegen_opt:
         out.append(f"Generate machine code at optimization level {c.codegen_opt} (was {b.codegen_opt}): "
                    f"`-Xcuda-ptxas -O{c.codegen_opt}` (and llc -O{c.codegen_opt} for a custom pipeline).")
+    from mneme.config import KNOB_DEFAULTS
+
+    for name, default in KNOB_DEFAULTS.items():
+        v = getattr(c, name)
+        if v != default and v != getattr(b, name):
+            out.append(f"Compile with {KNOB_BUILD[name](v)} ({name}={v!r}).")
     if not out:
         out.append("Nothing: the recorded configuration is the best one found.")
     return out
