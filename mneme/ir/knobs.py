@@ -18,8 +18,9 @@ How each reaches the code:
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, List
+
+from mneme.config import KNOB_DEFAULTS
 
 
 _FP_OPS = re.compile(
@@ -37,27 +38,31 @@ _DENORMAL = re.compile(r' ?"denormal-fp-math(?:-f32)?"="[^"]*"')
 _FAST_NO_CONTRACT = "reassoc nnan ninf nsz arcp afn"
 
 
-@dataclass(frozen=True)
 class CodeKnobs:
-    unroll: int = 0
-    inline_threshold: int = 0
-    vectorize: bool = True
-    fma: bool = True
-    fast_math: bool = False
-    ptxas_opt: int = -1
-    max_regs: int = 0
-    dlcm: str = ""
-    expensive_opts: bool = False
+    """The code knobs of one configuration; their names and neutral values are mneme.config.KNOB_DEFAULTS."""
+
+    __slots__ = ("_v",)
+
+    def __init__(self, **values: Any):
+        unknown = sorted(set(values) - set(KNOB_DEFAULTS))
+        if unknown:
+            raise TypeError(f"unknown code knob(s) {unknown}; known: {sorted(KNOB_DEFAULTS)}")
+        self._v = {**KNOB_DEFAULTS, **values}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._v[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
     @classmethod
     def of(cls, config: Any) -> "CodeKnobs":
         """The knobs of a replay configuration (fields it lacks keep their defaults)."""
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)})
+        return cls(**{k: getattr(config, k) for k in KNOB_DEFAULTS if hasattr(config, k)})
 
     def describe(self) -> Dict[str, Any]:
         """The knobs that differ from the defaults (what the code hash sees)."""
-        default = CodeKnobs()
-        return {k: v for k, v in asdict(self).items() if v != getattr(default, k)}
+        return {k: v for k, v in self._v.items() if v != KNOB_DEFAULTS[k]}
 
     @property
     def rewrites_ir(self) -> bool:
