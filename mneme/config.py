@@ -248,6 +248,12 @@ class ExperimentResult:
     code_hash: str = ""
     fidelity: float = 0.0
     cache_hit: bool = False
+    #: instructions in the kernel's PTX (what a knob changed in the code, next to registers and spills)
+    ptx_instructions: int = 0
+    #: SHA-256 of the cubin's code sections (mneme.ir.codegen.binary_digest)
+    binary_digest: str = ""
+    #: config hash of the trial whose run this result reuses: its binary and launch were identical
+    same_binary_as: str = ""
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ExperimentResult":

@@ -22,7 +22,10 @@ import llvmlite.binding as llvm
 
 from mneme.config import ExperimentConfiguration
 from mneme.errors import ConfigurationError
-from mneme.ir.codegen import CubinResult, assembler, assembler_version, emit_ptx, link_cubin, nvjitlink_options
+from mneme.ir.codegen import (
+    CubinResult, assembler, assembler_version, binary_digest, emit_ptx, link_cubin, nvjitlink_options,
+    ptx_instruction_count,
+)
 from mneme.ir.hashing import code_hash as make_code_hash
 from mneme.ir.hashing import static_hash as make_static_hash
 from mneme.ir.knobs import CodeKnobs
@@ -54,6 +57,10 @@ class CompiledKernel:
     cache_hit: bool = False
     #: the PTX -> cubin tool (codegen.ASSEMBLERS)
     assembler: str = ""
+    #: codegen.binary_digest of the cubin: equal for equal machine code, whatever produced it
+    binary: str = ""
+    #: instructions in the PTX (codegen.ptx_instruction_count)
+    ptx_instructions: int = 0
 
     @property
     def codegen_time(self) -> float:
@@ -266,6 +273,8 @@ def compile_kernel(
         ptx_time=t3 - t2,
         cubin_time=t4 - t3,
         assembler=using,
+        binary=binary_digest(cubin.cubin),
+        ptx_instructions=ptx_instruction_count(ptx),
     )
     if store is not None:
         store.put(ck)

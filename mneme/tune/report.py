@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from mneme.config import ExperimentConfiguration, ExperimentResult
+from mneme.config import KNOB_DEFAULTS, ExperimentConfiguration, ExperimentResult
+from mneme.tune.codechange import code_change, code_change_text
 from mneme.tune.objective import Objective, metric_ns, succeeded
 from mneme.tune.study import (
     A_BANNED, A_BASELINE, A_FINGERPRINTS, A_OPTIONS, A_RECORD, A_SPACE, T_RESULT, claim, flag,
@@ -272,6 +273,8 @@ def verified_table(rep: StudyReport):
             "set_launch_bounds": c.set_launch_bounds, "max_threads": c.max_threads,
             "min_blocks_per_sm": c.min_blocks_per_sm, "registers": res.reg_usage, "local_mem": res.local_mem_usage,
             "spill_stores": res.spill_stores, "spill_loads": res.spill_loads, "obj_size": res.obj_size,
+            "ptx_instructions": res.ptx_instructions, "same_binary_as": res.same_binary_as or None,
+            **{k: getattr(c, k) for k in KNOB_DEFAULTS},
             "gpu_id": res.gpu_id, "duplicate_of": r.duplicate_of, "config_hash": r.config_hash,
             "value": r.values[0] if r.values else None,
         })
@@ -298,6 +301,8 @@ def summarize(rep: StudyReport) -> Dict[str, Any]:
         "trials": {
             "requested": opts.get("trials"), "counted": len(counted), "succeeded": len(rep.successes()),
             "by_status": by_status, "duplicates": sum(1 for r in counted if r.duplicate_of is not None), **flags,
+            "same_binary": sum(1 for r in counted if r.result is not None and r.result.same_binary_as),
+            "verified_fraction": (sum(1 for r in counted if r.status == "verified") / len(counted)) if counted else None,
         },
         "banned_shapes": rep.meta.get("banned", []),
         "baseline": None, "best": None,
@@ -319,6 +324,7 @@ def summarize(rep: StudyReport) -> Dict[str, Any]:
             "speedup_spread": speedup_spread(rep.baseline_ns, res.exec_time),
             "times": time_stats(res.exec_time), "registers": res.reg_usage, "spills": res.spill_stores + res.spill_loads,
             "obj_size": res.obj_size, "gpu_id": res.gpu_id, "gpu_name": res.gpu_name,
+            "code_change": code_change(rep.baseline_result, res),
         }
     if rep.objective.multi:
         summary["pareto"] = pareto(rep)
@@ -356,7 +362,8 @@ def summary_text(summary: Dict[str, Any]) -> str:
         f"trials: {tr['counted']} of {tr['requested']} counted, {tr['succeeded']} succeeded; "
         + ", ".join(f"{k} {v}" for k, v in sorted(tr["by_status"].items()))
         + (f"; {tr['duplicates']} answered from an earlier identical trial" if tr["duplicates"] else "")
-        + (f"; {tr['rejected']} samples rejected by constraints (no GPU time)" if tr["rejected"] else ""),
+        + (f"; {tr['rejected']} samples rejected by constraints (no GPU time)" if tr["rejected"] else "")
+        + (f"; {tr['same_binary']} reused the run of an identical binary" if tr.get("same_binary") else ""),
     ]
     b = summary.get("baseline")
     if b:
@@ -369,6 +376,8 @@ def summary_text(summary: Dict[str, Any]) -> str:
                    f"IQR {spread['p25']:.3f}-{spread['p75']:.3f}x)") if sp and spread else ""
         lines.append(f"best: trial {best['number']}, {_fmt_ns(best['metric_ns'])}, {best['registers']} registers "
                      f"{sp_text}".rstrip())
+        if best.get("code_change"):
+            lines.append(f"best's code against the baseline: {code_change_text(best['code_change'])}")
     else:
         lines.append("best: none (no trial succeeded)")
     if summary.get("banned_shapes"):
@@ -401,7 +410,9 @@ def write_results(study, out_dir: str) -> Dict[str, Any]:
     p = out / "trials.jsonl"
     with open(p, "w") as fd:
         for r in rep.rows:
-            fd.write(json.dumps(r.to_json(), sort_keys=True, default=str) + "\n")
+            row = r.to_json()
+            row["code_change"] = code_change(rep.baseline_result, r.result)
+            fd.write(json.dumps(row, sort_keys=True, default=str) + "\n")
     files.append(p)
     table = verified_table(rep)
     p = out / ("compiled.csv" if rep.objective.device_less else "verified.csv")
