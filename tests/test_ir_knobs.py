@@ -76,3 +76,20 @@ def test_binary_digest_ignores_the_tool_notes_and_defaults_keep_hashes(compiled)
     assert a.hash() == b.hash() != ExperimentConfiguration(block=dim3(128), unroll=2).hash()
     assert CodeKnobs.of(a).describe() == {} and CodeKnobs.of(ExperimentConfiguration(dlcm="cg")).describe() == {"dlcm": "cg"}
     assert ExperimentConfiguration(unroll=99).problems() and ExperimentConfiguration(dlcm="xx").problems()
+
+
+def test_identical_ptx_reuses_the_cubin_without_ptxas(build):
+    from mneme.ir.compile import CompileCache
+
+    pairs = "_Z5pairsPKfPffi"  # no loop, nothing to inline: O1 and O3 emit the same PTX
+    mod = link_modules([build("knobs.cu")], pairs)
+    cache = CompileCache()
+    first = compile_kernel(mod, pairs, ExperimentConfiguration(grid=dim3(4), block=dim3(256)), cache=cache)
+    other = compile_kernel(mod, pairs, ExperimentConfiguration(grid=dim3(4), block=dim3(256), passes="default<O1>"),
+                           cache=cache)
+    assert other.code_hash != first.code_hash and not other.cache_hit and other.ptx == first.ptx
+    assert other.cubin_reused and not first.cubin_reused and other.cubin.cubin == first.cubin.cubin
+    assert other.cubin_time < first.cubin_time
+    regs = compile_kernel(mod, pairs, ExperimentConfiguration(grid=dim3(4), block=dim3(256), max_regs=32), cache=cache)
+    assert regs.ptx == first.ptx and not regs.cubin_reused  # same PTX, other ptxas flags: assembled again
+    assert len(cache) == 3

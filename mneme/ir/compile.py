@@ -61,6 +61,8 @@ class CompiledKernel:
     binary: str = ""
     #: instructions in the PTX (codegen.ptx_instruction_count)
     ptx_instructions: int = 0
+    #: the PTX equalled that of an earlier compile (same assembler options): its cubin was reused, ptxas skipped
+    cubin_reused: bool = False
 
     @property
     def codegen_time(self) -> float:
@@ -129,7 +131,8 @@ class CompileCache:
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._mem)
+        """Compiled variants held (by code hash; the PTX-keyed cubins are not counted)."""
+        return sum(1 for k in self._mem if not k.startswith("ptx-"))
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.mck"
@@ -145,6 +148,8 @@ class CompileCache:
             if ck is not None:
                 with self._lock:
                     self._mem[key] = ck
+        if key.startswith("ptx-"):  # a cubin by its PTX (ptx_key): not a compile-cache lookup
+            return ck
         with self._lock:
             if ck is None:
                 self.misses += 1
@@ -152,16 +157,18 @@ class CompileCache:
             self.hits += 1
         return replace(ck, cache_hit=True)
 
-    def put(self, ck: CompiledKernel) -> None:
+    def put(self, ck: CompiledKernel, key: Optional[str] = None) -> None:
+        """Store `ck` under `key` (default: its code hash)."""
+        key = key or ck.code_hash
         with self._lock:
-            self._mem[ck.code_hash] = replace(ck, cache_hit=False)
+            self._mem[key] = replace(ck, cache_hit=False)
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{ck.code_hash[:16]}.", suffix=".tmp")
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(_encode(ck))
-                os.replace(tmp, self._path(ck.code_hash))
+                os.replace(tmp, self._path(key))
             except BaseException:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
@@ -178,6 +185,22 @@ _DEFAULT_CACHE = CompileCache()
 def default_cache() -> CompileCache:
     """The process-wide in-memory cache compile_kernel uses unless told otherwise."""
     return _DEFAULT_CACHE
+
+
+_PRINTED: "Dict[int, tuple]" = {}
+
+
+def _printed(mod: llvm.ModuleRef) -> str:
+    """The module's IR text, printed once per module (compile_kernel never changes the linked module); the entry
+    holds the module, so its id is not reused while cached."""
+    hit = _PRINTED.get(id(mod))
+    if hit is not None and hit[0] is mod:
+        return hit[1]
+    text = str(mod)
+    if len(_PRINTED) >= 4:
+        _PRINTED.pop(next(iter(_PRINTED)))
+    _PRINTED[id(mod)] = (mod, text)
+    return text
 
 
 def config_specialization(
@@ -247,7 +270,7 @@ def compile_kernel(
     ir_arch, ir_ptx = function_target(fn)
     retarget = arch if ir_arch and ir_arch != arch else None
     if spec or retarget or knobs.rewrites_ir:
-        text = rewrite_ir(str(linked_mod), kernel_name, spec, fn, params, retarget)
+        text = rewrite_ir(_printed(linked_mod), kernel_name, spec, fn, params, retarget)
         mod = reparse(knobs.rewrite(text), kernel_name)
     else:
         mod = linked_mod.clone()
@@ -257,8 +280,13 @@ def compile_kernel(
     t2 = time.perf_counter()
     ptx = emit_ptx(mod, arch, config.codegen_opt, ir_ptx or DEFAULT_PTX)
     t3 = time.perf_counter()
-    cubin = link_cubin(ptx, arch, knobs.assembler_opt(config.codegen_opt), config.codegen_method, kernel=kernel_name,
-                       using=using, extra=knobs.ptxas_flags())
+    asm_opt, flags = knobs.assembler_opt(config.codegen_opt), knobs.ptxas_flags()
+    pkey = ptx_key(ptx, arch, asm_opt, config.codegen_method, using, flags, kernel_name)
+    earlier = store.get(pkey) if store is not None else None
+    if earlier is not None:
+        cubin = earlier.cubin
+    else:
+        cubin = link_cubin(ptx, arch, asm_opt, config.codegen_method, kernel=kernel_name, using=using, extra=flags)
     t4 = time.perf_counter()
     ck = CompiledKernel(
         code_hash=key,
@@ -275,7 +303,20 @@ def compile_kernel(
         assembler=using,
         binary=binary_digest(cubin.cubin),
         ptx_instructions=ptx_instruction_count(ptx),
+        cubin_reused=earlier is not None,
     )
     if store is not None:
         store.put(ck)
+        if earlier is None:
+            store.put(ck, key=pkey)
     return ck
+
+
+def ptx_key(ptx: str, arch: str, opt: int, method: str, using: str, flags, kernel: str) -> str:
+    """The cache key of a cubin by what the assembler sees: PTX text, target, level, method and flags."""
+    import hashlib
+
+    h = hashlib.sha256(b"mneme-ptx-v1\0")
+    h.update(json.dumps([arch, int(opt), method, using, list(flags), kernel]).encode() + b"\0")
+    h.update(ptx.encode())
+    return "ptx-" + h.hexdigest()
