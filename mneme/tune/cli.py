@@ -90,6 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--baseline-only", action="store_true", help="measure the baseline, write the results, stop")
     a("--report-only", action="store_true", help="write the results directory from the study storage; run nothing")
     a("--json", action="store_true", help="print the summary as JSON")
+    a("--no-attribute", dest="attribute", action="store_false",
+      help="skip measuring the best configuration without each of its knobs after the search")
     a("--quiet", action="store_true", help="no progress bar")
     g = parser.add_argument_group("advanced")
     g.add_argument("--compile-timeout", type=float, default=600.0, help="seconds one compilation may take (default 600)")
@@ -113,6 +115,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         space_module=args.space_module, space_args=parse_space_args(args.space_arg), output=args.output,
         track=not args.no_track, compile_timeout=args.compile_timeout, stale_after=args.stale_after,
         max_inflight=args.max_inflight, cache_dir=args.cache_dir, progress=not args.quiet,
+        attribute=args.attribute,
     )
     if args.backend:
         o.backend = args.backend

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from mneme.config import KNOB_DEFAULTS, ExperimentConfiguration, ExperimentResult
+from mneme.tune.attribution import A_ATTRIBUTION, attribution_text
 from mneme.tune.codechange import code_change, code_change_text
 from mneme.tune.objective import Objective, metric_ns, succeeded
 from mneme.tune.study import (
@@ -113,6 +114,7 @@ def load_report(study) -> StudyReport:
     meta = {
         "study": study.study_name, "options": opts, "record": attrs.get(A_RECORD) or {}, "space": attrs.get(A_SPACE) or {},
         "fingerprints": attrs.get(A_FINGERPRINTS) or {}, "banned": attrs.get(A_BANNED) or [],
+        "attribution": attrs.get(A_ATTRIBUTION), "launch_analysis": (attrs.get(A_SPACE) or {}).get("launch_analysis"),
         "directions": [d.name.lower() for d in study.directions],
     }
     rows = [row_of(t) for t in study.get_trials(deepcopy=False)]
@@ -305,6 +307,8 @@ def summarize(rep: StudyReport) -> Dict[str, Any]:
             "verified_fraction": (sum(1 for r in counted if r.status == "verified") / len(counted)) if counted else None,
         },
         "banned_shapes": rep.meta.get("banned", []),
+        "launch_rules": ((rep.meta.get("launch_analysis") or {}).get("rules") or {}).get("lines"),
+        "attribution": rep.meta.get("attribution"),
         "baseline": None, "best": None,
     }
     if rep.baseline_config is not None:
@@ -378,6 +382,8 @@ def summary_text(summary: Dict[str, Any]) -> str:
                      f"{sp_text}".rstrip())
         if best.get("code_change"):
             lines.append(f"best's code against the baseline: {code_change_text(best['code_change'])}")
+        if summary.get("attribution"):
+            lines.append(attribution_text(summary["attribution"]))
     else:
         lines.append("best: none (no trial succeeded)")
     if summary.get("banned_shapes"):

@@ -199,6 +199,10 @@ class Tuner:
                     self._search_ended = time.perf_counter()
                     self.timing["search_s"] = self._search_ended - t1
                     self.hook("on_search_end", {"search_s": self.timing["search_s"], "trials": o.trials})
+                    if o.attribute and not self.objective.device_less:
+                        t2 = time.perf_counter()
+                        self._attribute()
+                        self.timing["attribution_s"] = time.perf_counter() - t2
         except BaseException as e:  # interrupted, or a failure: stop the workers, give the trials back, say so
             self.executor.shutdown(wait=False, cancel_futures=True)
             self._abandon_pending()
@@ -335,6 +339,20 @@ class Tuner:
                 wait(list(inflight), timeout=1.0, return_when=FIRST_COMPLETED)  # told at the top of the loop
         finally:
             self.bar.close()
+
+    def _attribute(self) -> None:
+        """Measure the best configuration without each knob it changed (mneme.tune.attribution)."""
+        from mneme.tune.attribution import A_ATTRIBUTION, attribute
+        from mneme.tune.report import load_report
+
+        best = load_report(self.study).best()
+        if best is None or best.config is None or not best.result or not best.result.exec_time:
+            return
+        best_ns = metric_ns(best.result.exec_time, self.o.metric)
+        att = attribute(self.executor.evaluate, best.config, best_ns, self.baseline, self.baseline_ns,
+                        lambda r: metric_ns(r.exec_time, self.o.metric) if r.exec_time else None)
+        att["trial"] = best.number
+        self.study.set_user_attr(A_ATTRIBUTION, att)
 
     def _on_answer(self, t: Ticket, result: ExperimentResult, values: Optional[List[float]]) -> None:
         self.statuses[result.status] += 1
