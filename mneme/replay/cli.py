@@ -33,11 +33,20 @@ CONFIG_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
      "launch bound: min blocks per SM (--min-threads-per-block is the seeds' name for the same field)"),
     (("--codegen-opt", "-co"), "codegen_opt", int, "backend optimization level 0-3"),
     (("--codegen-method",), "codegen_method", str, "serial | parallel (the assembler's split compilation over several threads)"),
+    (("--unroll",), "unroll", int, "loop unroll count on every loop without a pragma (0: compiler decides, 1: none)"),
+    (("--inline-threshold",), "inline_threshold", int, "inliner threshold of the default pipelines (0: LLVM's; <=255)"),
+    (("--ptxas-opt",), "ptxas_opt", int, "ptxas -O level (-1: the codegen level)"),
+    (("--max-regs",), "max_regs", int, "ptxas --maxrregcount (0: no limit)"),
+    (("--dlcm",), "dlcm", str, "ptxas default load cache: ca | cg | cs ('' default)"),
 ]
 BOOL_FLAGS = [
     (("--specialize",), ("--no-specialize",), "specialize", "specialize scalar arguments to their recorded values"),
     (("--specialize-dims", "-sdims"), ("--no-specialize-dims",), "specialize_dims", "specialize launch dimensions"),
     (("--set-launch-bounds", "-slb"), ("--no-launch-bounds",), "set_launch_bounds", "inject launch bounds"),
+    (("--fast-math",), ("--no-fast-math",), "fast_math", "fast-math flags and flush-to-zero (rounds differently)"),
+    (("--fma",), ("--no-fma",), "fma", "floating-point contraction into FMA (default on)"),
+    (("--vectorize",), ("--no-vectorize",), "vectorize", "loop and SLP vectorization (default on)"),
+    (("--expensive-opts",), ("--no-expensive-opts",), "expensive_opts", "ptxas --allow-expensive-optimizations true"),
 ]
 
 #: (flags, MeasurementSettings field, type, help) — the verification flags of `mneme replay` and `mneme tune`
