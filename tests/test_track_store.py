@@ -111,8 +111,12 @@ def test_compare_filters_and_formats(sweep_store, capsys):
     p = _compare(capsys, uri, "--format", "csv", "--filter", "metrics.verified = 1")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
-    assert lines[0].startswith("run,kernel,status,median_ns,speedup") and "block.x" in lines[0]
+    assert lines[0].startswith("run,kernel,status,median_us,speedup") and "block.x" in lines[0]
     assert len(lines) == 1 + 6 and lines[1].startswith("trial-6,")  # best first
+    head = lines[0].split(",")
+    row = dict(zip(head, lines[1].split(",")))
+    assert row["regs"] == "22" and row["block.x"] == "224"  # integers as integers, not 22.0
+    assert float(row["median_us"]) == pytest.approx(0.942)  # µs (the runs log ns: 940..944)
     md = _compare(capsys, uri, "--best", "--format", "markdown")
     assert md.returncode == 0, md.stderr
     rows = md.stdout.strip().splitlines()
@@ -128,6 +132,13 @@ def test_compare_names_known_experiments(sweep_store):
     p = subprocess.run([sys.executable, "-m", "mneme.cli", "compare", "nope", "--tracking-uri", sweep_store[0]],
                        capture_output=True, text=True)
     assert p.returncode == 2 and EXP in p.stderr
+
+
+def test_compare_without_a_store_creates_none(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "mneme.cli", "compare"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**__import__("os").environ, "MLFLOW_TRACKING_URI": ""})
+    assert p.returncode == 2 and "no MLflow store at" in p.stderr and "mlflow.db" in p.stderr
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 def _closed_port() -> int:
