@@ -38,7 +38,7 @@ def sweep_store(tmp_path_factory):
         sweep = SweepRun.start(tracker, "sweep-a", params={"space": "launch", "trials": 8}, tags={"mneme.study": "a"})
         for i in range(8):
             cfg = ExperimentConfiguration(grid=dim3(64 // (i + 1) + 1), block=dim3(32 * (i + 1)))
-            sweep.trial(i, cfg, MeasurementSettings(iterations=5), _result(i), baseline_ns=1000.0,
+            sweep.trial(i, cfg, MeasurementSettings(iterations=5), _result(i), baseline_ns=1000.0, name=f"trial-{i}",
                         kernel="_Z6vecaddPfS_S_i", static_hash="st", dynamic_hash="dy",
                         artifacts={"kernel.ptx": f"// ptx {i}", "kernel.cubin": b"\x7fELF" + bytes([i])})
         parent = sweep.run_id
@@ -66,6 +66,7 @@ def test_trials_nest_under_one_parent_with_params_tags_metrics(sweep_store):
     assert sorted((h.step, h.value) for h in history) == [(j, 980.0 + j) for j in range(5)]
     files = {a.path for a in client.list_artifacts(r.info.run_id)}
     assert files == {"kernel.ptx", "kernel.cubin", "config.yaml", "result.json"}
+    assert r.data.params["kernel"] == "_Z6vecaddPfS_S_i" and r.data.params["instance"] == "dy"
 
 
 def test_failed_trial_is_a_failed_run_with_its_error(sweep_store):
