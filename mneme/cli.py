@@ -38,6 +38,8 @@ COMMANDS = {
              "mneme tune -rdb rec/<static-hash>.json --space launch --trials 100"),
     "compare": ("mneme.track.compare", "show the tracked runs of an experiment side by side, best first",
                 "mneme compare --latest --best"),
+    "ui": ("mneme.track.ui", "start MLflow's UI on the store and print the URL of the experiment's runs page",
+           "mneme ui --port 5000"),
 }
 
 EPILOG = """examples:
@@ -48,6 +50,7 @@ EPILOG = """examples:
   mneme tune -rdb rec/<static-hash>.json --trials 200
   python -m mneme +experiment=sweep record.db=rec/<static-hash>.json   (Hydra + MLflow; also mneme-run)
   mneme compare --latest
+  mneme ui                                         MLflow's UI, at the runs page
 
 `mneme COMMAND --help` for a command's options; docs/USAGE.md for all of them.
 shell completion: eval "$(register-python-argcomplete mneme)"
