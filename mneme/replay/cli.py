@@ -30,9 +30,9 @@ CONFIG_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
     (("--shared-mem", "-shem"), "shared_mem", int, "dynamic shared memory bytes"),
     (("--max-threads",), "max_threads", int, "launch bound: max threads per block"),
     (("--min-blocks-per-sm", "--min-threads-per-block"), "min_blocks_per_sm", int,
-     "launch bound: min blocks per SM (--min-threads-per-block is the seeds' name for the same field)"),
+     "launch bound: min blocks per SM (--min-threads-per-block is an alias)"),
     (("--codegen-opt", "-co"), "codegen_opt", int, "backend optimization level 0-3"),
-    (("--codegen-method",), "codegen_method", str, "serial | parallel (the assembler's split compilation over several threads)"),
+    (("--codegen-method",), "codegen_method", str, "the assembler: serial, or parallel (split compilation over several threads)"),
     (("--unroll",), "unroll", int, "loop unroll count on every loop without a pragma (0: compiler decides, 1: none)"),
     (("--inline-threshold",), "inline_threshold", int, "inliner threshold of the default pipelines (0: LLVM's; <=255)"),
     (("--ptxas-opt",), "ptxas_opt", int, "ptxas -O level (-1: the codegen level)"),
@@ -78,7 +78,10 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("replay configuration (defaults: the recorded instance)")
     g.add_argument("passes", nargs="?", default=None, help="pass pipeline in opt syntax, e.g. 'default<O3>'")
     for flags, path, typ, help_text in CONFIG_FLAGS:
-        g.add_argument(*flags, dest="cfg:" + path, type=typ, default=None, help=help_text)
+        metavar = ("BYTES" if path == "shared_mem" else "N") if typ is int else None
+        choices = ("serial", "parallel") if path == "codegen_method" else None
+        g.add_argument(*flags, dest="cfg:" + path, type=typ, default=None, metavar=metavar, choices=choices,
+                       help=help_text)
     for on, off, name, help_text in BOOL_FLAGS:
         g.add_argument(*on, dest="cfg:" + name, action="store_const", const=True, default=None, help=help_text)
         g.add_argument(*off, dest="cfg:" + name, action="store_const", const=False, help=argparse.SUPPRESS)
@@ -224,7 +227,9 @@ def run(args: argparse.Namespace) -> int:
                 write_output(path, data.encode())
         if args.output_cubin:
             write_output(args.output_cubin, ck.cubin.cubin)
-    print(summary(pipe, config, result))
+    # `--json -` keeps stdout JSON only: the human summary goes to stderr then
+    human = sys.stderr if args.json == "-" else sys.stdout
+    print(summary(pipe, config, result), file=human)
     if args.json:
         doc = {"config": config.to_dict(), "settings": settings.to_dict(), "result": result.to_dict(),
                "record_db": os.path.abspath(args.record_db), "record_id": pipe.record_id}
@@ -237,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
         from mneme.track import log_replay
 
         run_id = log_replay(pipe, config, settings, result, ck)
-        print(f"tracked    MLflow run {run_id}")
+        print(f"tracked    MLflow run {run_id}", file=human)
     if not pipe.usable:
         # The context holds a hung or faulted kernel; tearing it down could block. Leave now.
         sys.stdout.flush()

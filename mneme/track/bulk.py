@@ -125,6 +125,8 @@ class PreparedRun:
     metrics: List[Dict[str, Any]] = field(default_factory=list)
     latest: List[Dict[str, Any]] = field(default_factory=list)
     files: Dict[str, bytes] = field(default_factory=dict)
+    #: when the run's work ended (epoch ms), None: at insert time
+    end_ms: Optional[int] = None
 
 
 def _plain_name(name: Any) -> bool:
@@ -215,11 +217,12 @@ class BulkRuns:
         tags["mlflow.runName"] = record.name
         run = dict(
             run_uuid=run_id, name=record.name, source_type=self._source_type, source_name="", entry_point_name="",
-            user_id=tags.get("mlflow.user", "unknown"), status=record.status, start_time=now, end_time=None,
+            user_id=tags.get("mlflow.user", "unknown"), status=record.status, start_time=record.start_ms or now,
+            end_time=None,
             deleted_time=None, source_version="", lifecycle_stage=self._active,
             artifact_uri=self._append(self.artifact_location, run_id, "artifacts"), experiment_id=int(self.experiment_id),
         )
-        out = PreparedRun(run_id, run, files=files)
+        out = PreparedRun(run_id, run, files=files, end_ms=record.end_ms)
         out.tags = [{"key": k, "value": v, "run_uuid": run_id} for k, v in tags.items()]
         for k, v in record.params.items():
             v = str(v)  # MlflowClient.log_batch stringifies param values
@@ -266,7 +269,7 @@ class BulkRuns:
     def _insert(self, runs: List[PreparedRun]) -> None:
         end = int(time.time() * 1000)
         for r in runs:
-            r.run["end_time"] = max(end, r.run["start_time"])
+            r.run["end_time"] = max(r.end_ms or end, r.run["start_time"])  # the trial's own duration when known
         rows = [[r.run for r in runs], [t for r in runs for t in r.tags], [p for r in runs for p in r.params],
                 [m for r in runs for m in r.metrics], [m for r in runs for m in r.latest]]
         with self.sessions(read_only=False) as session:
