@@ -131,7 +131,8 @@ def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Opti
     env["MNEME_HOST_BYTES"] = str(int(settings.pinned_size_gib * GIB))
     env["MNEME_EPILOGUE_FORMAT"] = settings.epilogue_format
     env["MNEME_RETIME"] = str(settings.retime)
-    env["MNEME_RETIME_BUDGET_MS"] = str(int(round(settings.retime_budget_s * 1000)))
+    # µs, and never 0 (= no bound) for a positive budget: --retime-budget 0.0001 is 100 µs
+    env["MNEME_RETIME_BUDGET_US"] = str(max(1, int(round(settings.retime_budget_s * 1e6))) if settings.retime_budget_s > 0 else 0)
     if settings.kernels:
         env["MNEME_KERNELS"] = settings.kernels
     else:
