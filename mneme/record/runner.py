@@ -129,7 +129,8 @@ def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Opti
     env["MNEME_HOST_BYTES"] = str(int(settings.pinned_size_gib * GIB))
     env["MNEME_EPILOGUE_FORMAT"] = settings.epilogue_format
     env["MNEME_RETIME"] = str(settings.retime)
-    env["MNEME_RETIME_BUDGET_MS"] = str(int(round(settings.retime_budget_s * 1000)))
+    budget = settings.retime_budget_s
+    env["MNEME_RETIME_BUDGET_US"] = str(max(1, int(round(budget * 1e6))) if budget > 0 else 0)
     if settings.kernels:
         env["MNEME_KERNELS"] = settings.kernels
     else:
