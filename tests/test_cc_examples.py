@@ -61,8 +61,21 @@ def built(tmp_path_factory) -> Path:
     return out / "bin"
 
 
+#: examples/Makefile's STATIC: the same apps linked with the static CUDA runtime, as <name>_static
+STATIC = ["vecadd", "ptrglobal", "pinned", "manylaunch", "launchex"]
+
+
 def test_every_app_is_built(built):
-    assert sorted(p.name for p in built.iterdir()) == sorted([*EXPECTED, "libmnemeshlib.so"])
+    expected = [*EXPECTED, "libmnemeshlib.so", *(f"{n}_static" for n in STATIC)]
+    assert sorted(p.name for p in built.iterdir()) == sorted(expected)
+
+
+@pytest.mark.parametrize("app", STATIC)
+def test_static_runtime_builds_carry_the_ir_and_no_libcudart(built, app):
+    modules = list_modules(built / f"{app}_static", ld_library_path="")
+    assert sorted(k["demangled"] for m in modules for k in m["kernels"]) == sorted(EXPECTED[app])
+    names = [p.name for p in shared_library_deps(built / f"{app}_static", ld_library_path="")]
+    assert not [n for n in names if n.startswith("libcudart")], names
 
 
 @pytest.mark.parametrize("app", sorted(EXPECTED))
