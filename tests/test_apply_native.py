@@ -26,7 +26,13 @@ N = 16384  # the recorded n of the vecadd fixture (grid 64 x block 256)
 def fake(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fake")
     flags = ["-Wall", "-Wextra", "-Werror", f"-I{CUDA_INC}"]
-    for argv in (["cc", "-shared", "-fPIC", "-fvisibility=hidden", *flags, "-o", d / "libcuda.so.1", FAKE / "fakecuda.c"],
+    (d / "plain").mkdir()
+    # like the real driver (-Bsymbolic: its cuGetProcAddress hands out its own functions), and without it (its
+    # references to its exports bind to libapply's cuLaunchKernel, the path of apps linked with -lcuda)
+    for argv in (["cc", "-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic", *flags, "-o", d / "libcuda.so.1",
+                  FAKE / "fakecuda.c"],
+                 ["cc", "-shared", "-fPIC", "-fvisibility=hidden", *flags, "-o", d / "plain" / "libcuda.so.1",
+                  FAKE / "fakecuda.c"],
                  ["cc", *flags, "-o", d / "app", FAKE / "fakeapp.c", "-ldl"],
                  ["make", "-s", "-C", ROOT / "native" / "apply", f"OUT={d}"]):
         p = subprocess.run(list(map(str, argv)), capture_output=True, text=True)
@@ -50,8 +56,8 @@ def manifest(tuned, tmp_path, rule="exact", variables=(), cubin=None):
     return entries[0], write_manifest(entries, tmp_path / "m.txt")
 
 
-def run_app(fake, m, stats, *launches, mode="apply"):
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake), "LD_PRELOAD": str(fake / "libapply.so"),
+def run_app(fake, m, stats, *launches, mode="apply", driver=None):
+    env = {**os.environ, "LD_LIBRARY_PATH": str(driver or fake), "LD_PRELOAD": str(fake / "libapply.so"),
            "MNEME_APPLY_MANIFEST": str(m), "MNEME_APPLY_STATS": str(stats), "MNEME_APPLY_MODE": mode}
     p = subprocess.run([str(fake / "app"), *map(str, launches)], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "app done" in p.stdout, p.stdout + p.stderr
@@ -62,9 +68,11 @@ def launches(out: str):
     return re.findall(r"launch (0x[0-9a-f]+) grid (\d+) 1 1 block (\d+) 1 1", out)
 
 
-def test_the_exact_instance_gets_the_tuned_kernel_and_others_the_original(fake, tuned, tmp_path):
+@pytest.mark.parametrize("driver", ["symbolic", "plain"])
+def test_the_exact_instance_gets_the_tuned_kernel_and_others_the_original(fake, tuned, tmp_path, driver):
     e, m = manifest(tuned, tmp_path)
-    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N, 64, 256, N + 1, 10, 256, N)
+    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N, 64, 256, N + 1, 10, 256, N,
+                driver=fake / "plain" if driver == "plain" else fake)
     tg, tb = e.tuned.grid.x, e.tuned.block.x
     assert launches(p.stdout) == [("0x2000", str(tg), str(tb)), ("0x1000", "64", "256"), ("0x1000", "10", "256")]
     stats = (tmp_path / "s.txt").read_text()
