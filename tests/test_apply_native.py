@@ -130,3 +130,23 @@ def test_mneme_apply_reports_both_runs_side_by_side(fake, tuned, tmp_path):
     assert k["realized"] == pytest.approx(1.0) and rep["kernels_applied"] == 1 and rep["app_ok"]
     assert set(rep) >= {"kernels_applied", "app_ok", "wall_speedup", "kernels"}
     assert "realized 1.000x" in p.stdout and "apply wall:" in p.stdout
+
+
+def test_apply_track_logs_a_run_under_the_tune_sweep(fake, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "LD_LIBRARY_PATH": str(fake),
+           "MNEME_LIBAPPLY": str(fake / "libapply.so")}
+    out = tmp_path / "tune"
+    run_mneme("tune", "-rdb", VECADD, "--space", "quick", "--devices", "none", "--objective", "registers", "--trials", 4,
+              "-o", out, "--quiet", "--seed", "1", env=env)
+    run_mneme("apply", out, "--track", "--workdir", tmp_path / "wd", "--quiet", "--", fake / "app", 64, 256, N, env=env)
+    from mlflow import MlflowClient
+
+    c = MlflowClient(uri)
+    (exp,) = [e for e in c.search_experiments() if c.search_runs([e.experiment_id], "tags.`mneme.role` = 'apply'")]
+    (sweep,) = c.search_runs([exp.experiment_id], "tags.`mneme.role` = 'sweep'")
+    (run,) = c.search_runs([exp.experiment_id], "tags.`mneme.role` = 'apply'")
+    assert run.data.tags["mlflow.parentRunId"] == sweep.info.run_id and run.info.status == "FINISHED"
+    assert run.data.metrics["app_ok"] == 1.0 and run.data.metrics["kernels_applied"] == 1.0
+    assert run.data.metrics["k0.realized"] == pytest.approx(1.0)
+    assert {a.path for a in c.list_artifacts(run.info.run_id)} >= {"apply.json", "apply.txt"}
