@@ -56,8 +56,11 @@ def manifest(tuned, tmp_path, rule="exact", variables=(), cubin=None):
     return entries[0], write_manifest(entries, tmp_path / "m.txt")
 
 
-def run_app(fake, m, stats, *launches, mode="apply", driver=None):
-    env = {**os.environ, "LD_LIBRARY_PATH": str(driver or fake), "LD_PRELOAD": str(fake / "libapply.so"),
+def run_app(fake, m, stats, *launches, mode="apply", driver=None, cukernel=False):
+    env = {k: v for k, v in os.environ.items() if k != "FAKE_CUKERNEL"}
+    if cukernel:
+        env["FAKE_CUKERNEL"] = "1"
+    env = {**env, "LD_LIBRARY_PATH": str(driver or fake), "LD_PRELOAD": str(fake / "libapply.so"),
            "MNEME_APPLY_MANIFEST": str(m), "MNEME_APPLY_STATS": str(stats), "MNEME_APPLY_MODE": mode}
     p = subprocess.run([str(fake / "app"), *map(str, launches)], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "app done" in p.stdout, p.stdout + p.stderr
@@ -95,10 +98,11 @@ def test_the_scaled_rule_recomputes_the_grid_from_the_launchs_work(fake, tuned, 
     assert launches(p.stdout) == [("0x2000", str(-(-10 * 256 // tb)), str(tb)), ("0x1000", "64", "128")]
 
 
-def test_variables_are_mirrored_around_the_tuned_launch(fake, tuned, tmp_path):
+@pytest.mark.parametrize("cukernel", [False, True], ids=["CUfunction", "CUkernel"])
+def test_variables_are_mirrored_around_the_tuned_launch(fake, tuned, tmp_path, cukernel):
     e, m = manifest(tuned, tmp_path, variables=[Variable("g_count", 8, False), Variable("c_table", 16, True),
                                                 Variable("g_missing", 4, False)])
-    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N)
+    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N, cukernel=cukernel)
     lines = p.stdout.splitlines()
     i = next(k for k, line in enumerate(lines) if line.startswith("launch 0x2000"))
     before, after = lines[:i], lines[i + 1:]

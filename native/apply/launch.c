@@ -81,10 +81,12 @@ const char *mna_err(CUresult r) {
 }
 
 /* -- which entries a handle's kernel has (cached per handle) ------------------------------------- */
+/* cudart (12+) launches CUkernel handles (cuLibraryGetKernel) cast to CUfunction, driver-API apps CUfunctions:
+ * the kernel's name is asked as a CUkernel first, as the recorder does for the runtime's handles. */
 static const char *kernel_name(CUfunction f) {
   const char *name = NULL;
-  if (A.cu.funcGetName && A.cu.funcGetName(&name, f) == CUDA_SUCCESS && name) return name;
   if (A.cu.kernelGetName && A.cu.kernelGetName(&name, (CUkernel)f) == CUDA_SUCCESS && name) return name;
+  if (A.cu.funcGetName && A.cu.funcGetName(&name, f) == CUDA_SUCCESS && name) return name;
   return NULL;
 }
 
@@ -111,13 +113,15 @@ static int entries_of(CUfunction f) {
 }
 
 /* -- the tuned module ------------------------------------------------------------------------------ */
+/* The module of the app's kernel in the current context: a CUkernel's function there first (see kernel_name). */
 static CUmodule app_module(CUfunction f) {
   CUmodule mod = NULL;
-  if (A.cu.funcGetModule && A.cu.funcGetModule(&mod, f) == CUDA_SUCCESS && mod) return mod;
   CUfunction g = NULL;
-  if (A.cu.kernelGetFunction && A.cu.kernelGetFunction(&g, (CUkernel)f) == CUDA_SUCCESS && g && A.cu.funcGetModule &&
-      A.cu.funcGetModule(&mod, g) == CUDA_SUCCESS)
+  if (!A.cu.funcGetModule) return NULL;
+  if (A.cu.kernelGetFunction && A.cu.kernelGetFunction(&g, (CUkernel)f) == CUDA_SUCCESS && g &&
+      A.cu.funcGetModule(&mod, g) == CUDA_SUCCESS && mod)
     return mod;
+  if (A.cu.funcGetModule(&mod, f) == CUDA_SUCCESS && mod) return mod;
   return NULL;
 }
 
