@@ -23,7 +23,10 @@ import subprocess
 from pathlib import Path
 from typing import List, Sequence
 
-from mneme.cc.embedded import archive_members
+from mneme.cc import cmdline
+from mneme.cc.cc import Driver
+from mneme.cc.embedded import archive_members, archive_rdc_sections
+from mneme.cc.toolchain import find_ld
 from mneme.errors import ConfigurationError
 
 OFFLOAD_SECTION = ".llvm.offloading"
@@ -60,7 +63,11 @@ def device_inputs(objs: Sequence[str], tmp: str) -> List[str]:
 
 
 def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
-    """Write the device-link object of `objs` to `out`; False (and an empty object) without RDC code."""
+    """Write the device-link object of `objs` to `out`; False (and an empty object) without RDC code.
+
+    The object also carries the embedded IR of the RDC members of the archives among `objs`: the host
+    linker takes a member only for a host symbol, but its device code may be linked for a device
+    function alone (mneme.cc.embedded.archive_rdc_sections); the device-link object is always linked."""
     tc = driver.tc
     inputs = device_inputs(objs, tmp)
     if not inputs:
@@ -68,6 +75,7 @@ def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
         Path(asm).write_text('\t.section .note.GNU-stack,"",@progbits\n')
         driver.run([tc.clang_c, "-c", "-x", "assembler", asm, "-o", out], f"{out}: device link (no device code)")
         return False
+    ir_sections = b"".join(sec for a in objs if a.endswith(".a") and os.path.isfile(a) for sec in archive_rdc_sections(a))
     objcopy = _llvm_tool(tc.clang, "llvm-objcopy")
     dev = []
     for n, obj in enumerate(inputs):
@@ -89,8 +97,15 @@ def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
         for s in suffixes:
             for edge in ("start", "stop"):
                 redefine += ["--redefine-sym", f"__{edge}_llvm_offload_entries{s}=__{edge}_llvm_offload_entries"]
-        driver.run([objcopy] + redefine + [raw, out], f"{out}: device link (entry symbols)")
+        if ir_sections:
+            fixed = raw + ".entries"
+            driver.run([objcopy] + redefine + [raw, fixed], f"{out}: device link (entry symbols)")
+            ir_obj = Driver(cmdline.parse(["-o", out]), tc, False).section_object(ir_sections, tmp, "archive device IR")
+            driver.run([find_ld(), "-r", fixed, ir_obj, "-o", out], f"{out}: device link (archive device IR)")
+        else:
+            driver.run([objcopy] + redefine + [raw, out], f"{out}: device link (entry symbols)")
     finally:
-        if os.path.exists(raw):
-            os.remove(raw)
+        for leftover in (raw, raw + ".entries"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
     return True

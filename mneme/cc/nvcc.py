@@ -164,10 +164,7 @@ class NvccDriver:
             # archives named with -l take part in the device link too (their members' device code)
             libs = [a for a in _static_archives(self.tr.link_args(objs)) if a not in objs]
             extra = [dl] if self.device_link(objs + libs, dl, tmp) else []
-            ir = []
-            if not self.cmd.dryrun:
-                ir = Driver(cmdline.parse(["-o", out]), self.tc, False).archive_ir(self.tr.link_args(objs), tmp)
-            argv = self.tr.host_linker() + self.tr.host_link_flags() + ["-Wl,--start-group"] + extra + objs + ir
+            argv = self.tr.host_linker() + self.tr.host_link_flags() + ["-Wl,--start-group"] + extra + objs
             argv += self.tr.link_args([]) + self.tr.runtime_libs() + ["-Wl,--end-group", "-o", out]
             self.run(argv, f"linking {out}")
 
