@@ -196,3 +196,14 @@ def test_openmp_pragmas_in_cuda_source_need_libomp(tmp_path):
     (tmp_path / "p.cu").write_text("void f(int *x) {\n#pragma omp parallel for\nfor (int i = 0; i < 4; ++i) x[i] = i; }\n")
     p = nvcc("-arch=sm_90", "-Xcompiler", "-fopenmp", "-c", "p.cu", cwd=tmp_path, check=False)
     assert p.returncode == 2 and "p.cu" in p.stderr and "libomp" in p.stderr and ".cpp" in p.stderr
+
+
+def test_cubin_and_fatbin(tmp_path):
+    (tmp_path / "k.cu").write_text(KERNEL)
+    nvcc("-cubin", "-arch=sm_90", "k.cu", cwd=tmp_path)
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
+    nvcc("-fatbin", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90", "k.cu",
+         "-o", "k.fatbin", cwd=tmp_path)
+    data = (tmp_path / "k.fatbin").read_bytes()
+    assert data[:4] == bytes.fromhex("50ed55ba")  # fatbinary's magic
+    assert data.count(b"\x7fELF") == 2  # one cubin per architecture (and their PTX)

@@ -106,9 +106,31 @@ class NvccDriver:
             if src.lang != "cuda":
                 raise ConfigurationError(f"-{kind} {src.path}: only .cu sources have device code")
             out = self.object_name(src, suffix)
-            args = self.tr.cuda_args(archs=self.tr.archs[:1]) + ["--cuda-device-only", "-S" if kind == "ptx" else "-c"]
-            self.run([self.tc.clang] + self.tc.cuda_flags(self.tr.archs[:1]) + args + [src.path, "-o", out],
-                     f"{src.path}: -{kind}")
+            argv = self.tc_cmd(self.tr.archs[:1]) + ["--cuda-device-only", "-S" if kind == "ptx" else "-c"]
+            self.run(argv + [src.path, "-o", out], f"{src.path}: -{kind}")
+
+    def fatbin_phase(self) -> None:
+        """-fatbin: a cubin and the PTX of every architecture, packed by CUDA's fatbinary."""
+        fatbinary = self.tc.cuda / "bin" / "fatbinary"
+        if not fatbinary.exists():
+            raise ConfigurationError(f"-fatbin needs {fatbinary} (CUDA's fatbinary), which this CUDA root lacks")
+        for src in self.cmd.inputs:
+            if src.lang != "cuda":
+                raise ConfigurationError(f"-fatbin {src.path}: only .cu sources have device code")
+            with tempfile.TemporaryDirectory(prefix="mneme-nvcc-") as tmp:
+                images = []
+                for arch in self.tr.archs:
+                    base = self.tc_cmd([arch]) + ["--cuda-device-only", src.path]
+                    cubin, ptx = os.path.join(tmp, f"{arch}.cubin"), os.path.join(tmp, f"{arch}.ptx")
+                    self.run(base + ["-c", "-o", cubin], f"{src.path}: {arch} cubin")
+                    self.run(base + ["-S", "-o", ptx], f"{src.path}: {arch} PTX")
+                    sm = arch[3:]
+                    images += [f"--image3=kind=elf,sm={sm},file={cubin}", f"--image3=kind=ptx,sm={sm},file={ptx}"]
+                self.run([str(fatbinary), f"--create={self.object_name(src, '.fatbin')}", "-64"] + images,
+                         f"{src.path}: fatbinary")
+
+    def tc_cmd(self, archs) -> List[str]:
+        return [self.tc.clang] + self.tc.cuda_flags(archs) + self.tr.cuda_args(archs=archs)
 
     def preprocess_phase(self) -> None:
         out = ["-o", self.cmd.output] if self.cmd.output else []
@@ -181,7 +203,7 @@ class NvccDriver:
         elif phase in ("ptx", "cubin"):
             self.device_phase(phase)
         elif phase == "fatbin":
-            raise ConfigurationError("-fatbin: not supported by mneme nvcc yet (use -cubin per architecture)")
+            self.fatbin_phase()
         elif phase in ("E", "M", "MM"):
             self.preprocess_phase()
         elif phase == "lib":
