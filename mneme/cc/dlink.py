@@ -20,11 +20,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import List, Sequence
 
 from mneme.cc import cmdline
-from mneme.cc.cc import Driver
+from mneme.cc.cc import BuildError, Driver
 from mneme.cc.embedded import archive_members, archive_rdc_sections
 from mneme.cc.toolchain import find_ld
 from mneme.errors import ConfigurationError
@@ -85,9 +86,25 @@ def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
         dev.append(d)
     raw = out + ".mneme-tmp"
     nvlink = [a for x in driver.cmd.nvlink for a in ("-Xoffload-linker", x)]
+    devrt = tc.cuda / "lib64" / "libcudadevrt.a"
+    if driver.cmd.cudadevrt == "static" and devrt.exists():  # nvcc's default: device runtime (dynamic parallelism)
+        nvlink += ["-Xoffload-linker", f"-L{devrt.parent}", "-Xoffload-linker", "-lcudadevrt"]
     arch = [f"--cuda-gpu-arch={a}" for a in driver.tr.archs]
-    driver.run([tc.clang, "--offload-link", "-r", f"--cuda-path={tc.cuda}", "-Wno-unused-command-line-argument"]
-               + arch + nvlink + dev + ["-o", raw], f"{out}: device link")
+    # -O: the optimization of -dlto bitcode at the device link (nvcc's device default, -O3)
+    opt = "-O0" if driver.cmd.device_debug or driver.cmd.dopt is False else "-O3"
+    argv = [tc.clang, "--offload-link", "-r", opt, f"--cuda-path={tc.cuda}", "-Wno-unused-command-line-argument"]
+    argv += arch + nvlink + dev + ["-o", raw]
+    driver.show(argv)
+    if not driver.cmd.dryrun:
+        p = subprocess.run(argv, env=driver.env, capture_output=True, text=True)
+        sys.stderr.write(p.stdout + p.stderr)
+        if p.returncode != 0:
+            hint = ""
+            if "not declared __global__ in all source files" in p.stdout + p.stderr:
+                hint = (": a kernel launches a __global__ function of another translation unit (dynamic "
+                        "parallelism across files), which clang-22 declares as a device function; build with "
+                        "-dlto (or MNEME_NVCC_DLTO=1) so that the device link sees one module")
+            raise BuildError(f"{out}: device link failed (exit {p.returncode}){hint}", p.returncode)
     if driver.cmd.dryrun:
         return True
     try:

@@ -242,6 +242,8 @@ class Translation:
         f += c.pp + self.language() + self.device_flags() + self.host_side()
         if c.rdc or c.phase in ("dc", "dw"):
             f.append("-fgpu-rdc")
+            if c.dlto_on:
+                f.append("-foffload-lto")
         if c.default_stream == "per-thread":
             f.append("-fgpu-default-stream=per-thread")
         if c.werror:
