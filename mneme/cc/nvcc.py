@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,11 +19,11 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from mneme.cc import cmdline
-from mneme.cc.cc import BuildError, Driver, _static_archives
+from mneme.cc.cc import BuildError, Driver, _static_archives, run_reporting
 from mneme.cc.nvccflags import Input, NvccCommand, parse
 from mneme.cc.nvcctrans import Translation, cuda_version_banner
-from mneme.cc.toolchain import Toolchain, find_clang, find_ld
-from mneme.errors import ConfigurationError, MnemeError
+from mneme.cc.toolchain import Toolchain
+from mneme.errors import ConfigurationError
 
 PROG = "mneme nvcc"
 
@@ -216,26 +215,18 @@ class NvccDriver:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def body() -> int:
         cmd = parse(argv)
         if cmd.phase == "version":
-            tc = Toolchain.locate()
-            print(cuda_version_banner(tc))
-            return 0
-        if cmd.phase == "help":
+            print(cuda_version_banner(Toolchain.locate()))
+        elif cmd.phase == "help":
             print(f"usage: {PROG} [nvcc options] files...  (see docs/CC.md; nvcc's options, built with clang-22)")
-            return 0
-        driver = NvccDriver(cmd, Toolchain.locate())
-        driver.main()
+        else:
+            NvccDriver(cmd, Toolchain.locate()).main()
         return 0
-    except BuildError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return e.returncode or 1
-    except MnemeError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+
+    return run_reporting(PROG, body)
 
 
 def console_main() -> None:
