@@ -158,7 +158,7 @@ def run_stage(stage: str, apps: Sequence[App], fn: AppFn, budget: Budget, *, min
 
 
 def brief(row: Mapping[str, Any]) -> str:
-    keys = [k for k in row if k not in ("kernels", "output", "log")]
+    keys = [k for k in row if k not in ("kernels", "output", "log") and not k.endswith("_log")]
     return ", ".join(f"{k}={row[k]}" for k in keys[:8] if not isinstance(row[k], (dict, list)))
 
 
