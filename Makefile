@@ -29,6 +29,7 @@ $(VENV)/.installed: pyproject.toml
 native: $(VENV)/.installed
 	$(PY) native/build_native.py
 	$(MAKE) --no-print-directory -C native/recorder CUDA_HOME=$(CUDA_HOME) OUT=$(CURDIR)/mneme/lib
+	$(MAKE) --no-print-directory -C native/apply CUDA_HOME=$(CUDA_HOME) OUT=$(CURDIR)/mneme/lib
 
 # The GPU compare kernel ships as PTX (mneme/data/compare.ptx); regenerate it after editing compare.cu.
 ptx:

@@ -63,7 +63,6 @@ def write_record(
     ir.write_bytes(Path(module).read_bytes() if module else b"BC\xc0\xde not really bitcode")
     pro, epi = directory / f"{dynamic_hash}.prologue", directory / f"{dynamic_hash}.epilogue"
     x_addr, y_addr = 0x153940000000, 0x153940000000 + (1 << 20)
-    args = [2.0, x_addr, y_addr, n]
     if snapshots:
         from mneme.snapshot import SnapshotType, Writer
 
@@ -82,9 +81,16 @@ def write_record(
     else:
         pro.write_bytes(b"prologue")
         epi.write_bytes(b"epilogue")
+    static = "5" * 64  # a dummy module is never linked; real IR gets its real static hash (replay checks it)
+    if module:
+        from mneme.ir import link_modules, static_hash
+
+        static = static_hash(link_modules([str(ir)], KERNEL), KERNEL)
+    hex_args = [struct.pack("<f", 2.0).hex(), struct.pack("<Q", x_addr).hex(), struct.pack("<Q", y_addr).hex(),
+                struct.pack("<i", n).hex()]
     db = {
         "SchemaVersion": 1,
-        "StaticHash": "s" * 16,
+        "StaticHash": static,
         "KernelName": KERNEL,
         "DemangledName": "saxpy(float, float const*, float*, int)",
         "Modules": [ir.name],
@@ -96,7 +102,7 @@ def write_record(
         "VASize": 4,
         "instances": {
             dynamic_hash: {
-                "Args": args,
+                "Args": hex_args,
                 "BlockDims": dict(zip("xyz", block)),
                 "GridDims": dict(zip("xyz", grid)),
                 "Occurrences": 1,
@@ -238,3 +244,32 @@ def test_synthetic_landscape_has_the_documented_optimum():
 
 if __name__ == "__main__":  # pragma: no cover - manual use: write a record DB to a directory
     print(write_record(Path(sys.argv[1])))
+
+
+class ContextKillingBackend(SyntheticBackend):
+    """A block of 64 threads makes an illegal address (a sticky error that kills the CUDA context); at the
+    recorded block, -O2 codegen does (the compile settings are to blame there)."""
+
+    def run(self, compiled, config):
+        if config.block.total() == 64 or (config.block.total() == 128 and config.codegen_opt == 2):
+            return ExperimentResult(status="runtime_error", failed=True,
+                                    error="CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered (sticky)")
+        return super().run(compiled, config)
+
+
+class BinaryBackend(SyntheticBackend):
+    """Compiles default<O2> and default<O3> to the same machine code (equal binary digests); every run is
+    logged to MNEME_TEST_RUN_LOG (pipeline and block), so a test sees which configurations really ran."""
+
+    def compile(self, config):
+        import types
+
+        same = config.passes in ("default<O2>", "default<O3>")
+        return types.SimpleNamespace(binary="O23" if same else config.passes, passes=config.passes, cache_hit=False)
+
+    def run(self, compiled, config):
+        log = os.environ.get("MNEME_TEST_RUN_LOG")
+        if log:
+            with open(log, "a") as fd:
+                fd.write(f"{config.passes} {config.block.x}\n")
+        return super().run(compiled, config)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from mneme.cc import cmdline
-from mneme.cc.cc import BuildError, Driver
+from mneme.cc.cc import BuildError, Driver, _static_archives
 from mneme.cc.nvccflags import Input, NvccCommand, parse
 from mneme.cc.nvcctrans import Translation, cuda_version_banner
 from mneme.cc.toolchain import Toolchain, find_clang, find_ld
@@ -79,6 +79,7 @@ class NvccDriver:
         if not os.path.exists(src.path):
             raise BuildError(f"{src.path}: no such source file")
         if src.lang == "cuda":
+            self.tr.check_openmp_source(src)
             args = self.tr.cuda_args() + ["-c", src.path, "-o", obj]
             inv = cmdline.parse(args)
             drv = Driver(inv, self.tc, self.verbose)
@@ -160,7 +161,9 @@ class NvccDriver:
         with tempfile.TemporaryDirectory(prefix="mneme-nvcc-") as tmp:
             objs = self.objects(tmp)
             dl = os.path.join(tmp, f"{Path(out).name}_dlink.o")
-            extra = [dl] if self.device_link(objs, dl, tmp) else []
+            # archives named with -l take part in the device link too (their members' device code)
+            libs = [a for a in _static_archives(self.tr.link_args(objs)) if a not in objs]
+            extra = [dl] if self.device_link(objs + libs, dl, tmp) else []
             ir = []
             if not self.cmd.dryrun:
                 ir = Driver(cmdline.parse(["-o", out]), self.tc, False).archive_ir(self.tr.link_args(objs), tmp)
@@ -192,6 +195,33 @@ class NvccDriver:
             self.link_phase()
 
 
+HELP = """usage: {prog} [nvcc options] files...
+
+Build CUDA code from nvcc's command line with clang-22, embedding each translation unit's device LLVM
+bitcode in the binary (what `mneme record` and `mneme replay` need); a drop-in for NVCC= in Makefiles
+and -DCMAKE_CUDA_COMPILER=mneme-nvcc in CMake projects.
+
+example:
+  {prog} -O3 -arch=sm_90 --use_fast_math -o app app.cu && mneme ir ./app
+
+What mneme adds or decides (docs/CC.md):
+  the device IR           embedded before LLVM optimization (section .mneme_ir), listed by `mneme ir`
+  build settings          -O, fast-math/ftz/prec-*/fmad, -maxrregcount, -Xptxas are stored with the IR
+  __NVCC__, __CUDACC_VER_MAJOR__/_MINOR__
+                          defined for user code as nvcc does, without breaking CUDA's own headers
+  unsupported targets     sm_60 and older: one line naming the supported ones and the override
+  flags it cannot honour  a clear error naming the flag; nothing is silently ignored
+
+nvcc's options it takes (nvcc's documentation is the reference):
+  -arch/-code/-gencode/--generate-code (compute_NN, sm_NN, lists, native, all), -c -o -E -M -MD -MMD -MT -MF,
+  -ptx -cubin -fatbin -lib -shared, -rdc/-dc/-dlink/-dw, -cudart static|shared|none, -x cu, -std, -O,
+  -g -G -lineinfo, --use_fast_math --ftz --prec-div --prec-sqrt --fmad, -maxrregcount,
+  -Xcompiler/--compiler-options, -Xptxas/--ptxas-options, -Xlinker/--linker-options, -Xnvlink, -ccbin, -m64,
+  --extended-lambda --expt-*, --default-stream, -t/--threads, -Werror, --diag-suppress, -Xcudafe,
+  --resource-usage, -keep, @file/--options-file, --version
+"""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -201,7 +231,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(cuda_version_banner(tc))
             return 0
         if cmd.phase == "help":
-            print(f"usage: {PROG} [nvcc options] files...  (see docs/CC.md; nvcc's options, built with clang-22)")
+            print(HELP.format(prog=PROG))
             return 0
         driver = NvccDriver(cmd, Toolchain.locate())
         driver.main()

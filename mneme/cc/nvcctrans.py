@@ -224,7 +224,8 @@ class Translation:
         if self.libomp():
             return ["-Xarch_host", "-fopenmp"]
         inc = gcc_include_dir(self.cmd.ccbin or "gcc")
-        return ["-Xarch_host", "-fopenmp=libgomp"] + (["-Xarch_host", "-idirafter", "-Xarch_host", inc] if inc else [])
+        # omp.h is in GCC's own include directory (searched last, on both sides: device code may include it)
+        return ["-Xarch_host", "-fopenmp=libgomp"] + (["-idirafter", inc] if inc else [])
 
     @staticmethod
     def libomp() -> Optional[str]:

@@ -16,11 +16,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from mneme.errors import CompileError
+from mneme.tmpfiles import pid_dir
 
 #: Where `ptxas` is looked for after MNEME_PTXAS, in order: the CUDA roots' bin/, then PATH.
 CUDA_ROOT_VARS = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
@@ -54,14 +54,16 @@ def ptxas_version(exe: str) -> str:
     return m.group(1) if m else "unknown"
 
 
-def ptxas_options(arch: str, opt: int, method: str, threads: Optional[int] = None) -> List[str]:
-    opts = ["--gpu-name", arch, f"-O{int(opt)}", "--verbose"]
+def ptxas_options(arch: str, opt: int, method: str, threads: Optional[int] = None,
+                  extra: Sequence[str] = ()) -> List[str]:
+    opts = ["--gpu-name", arch, f"-O{int(opt)}", "--verbose", *extra]
     if method == "parallel":
         opts += ["--split-compile", str(threads or os.cpu_count() or 1)]
     return opts
 
 
-def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] = None) -> Tuple[bytes, str]:
+def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] = None,
+             extra: Sequence[str] = ()) -> Tuple[bytes, str]:
     """(cubin, ptxas's verbose log) for `ptx`; a CompileError carries what ptxas said."""
     exe = find_ptxas()
     if exe is None:
@@ -69,11 +71,11 @@ def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] 
             "no ptxas found (looked at MNEME_PTXAS, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin and PATH); "
             "set CUDA_HOME to your CUDA toolkit, or MNEME_ASSEMBLER=nvjitlink to assemble with nvJitLink"
         )
-    with tempfile.TemporaryDirectory(prefix="mneme-ptxas-") as tmp:
+    with pid_dir("ptxas") as tmp:  # removed on exit and Ctrl-C; reaped (mneme.tmpfiles) if this process is killed
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
         try:
-            p = subprocess.run([exe, *ptxas_options(arch, opt, method, threads), "-o", str(out), str(src)],
+            p = subprocess.run([exe, *ptxas_options(arch, opt, method, threads, extra), "-o", str(out), str(src)],
                                capture_output=True, text=True)
         except OSError as e:
             raise CompileError(f"could not run {exe}: {e}") from None
