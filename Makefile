@@ -10,7 +10,7 @@ CLANG ?= clang++-22
 K ?=
 export CUDA_HOME
 
-.PHONY: setup system-packages native ptx examples test demo gpu-bundle gpu-check fixtures bench clean
+.PHONY: setup system-packages native ptx examples test demo gpu-bundle gpu-check fixtures bench corpus clean
 
 # ---- setup ------------------------------------------------------------------------------
 setup: $(VENV)/.installed native
@@ -29,6 +29,7 @@ $(VENV)/.installed: pyproject.toml
 native: $(VENV)/.installed
 	$(PY) native/build_native.py
 	$(MAKE) --no-print-directory -C native/recorder CUDA_HOME=$(CUDA_HOME) OUT=$(CURDIR)/mneme/lib
+	$(MAKE) --no-print-directory -C native/apply CUDA_HOME=$(CUDA_HOME) OUT=$(CURDIR)/mneme/lib
 
 # The GPU compare kernel ships as PTX (mneme/data/compare.ptx); regenerate it after editing compare.cu.
 ptx:
@@ -60,6 +61,11 @@ fixtures:
 
 bench:
 	bash scripts/bench.sh $(PART)
+
+# The corpus campaign (docs/GPU.md): make corpus STAGE=build|plan|pack|plain|record|replay|tune|ncu|merge APPS=a,b
+STAGE ?= build
+corpus:
+	bash scripts/corpus.sh $(STAGE) $(if $(APPS),--apps $(APPS))
 
 clean:
 	rm -rf mneme/_native*.so mneme/lib build examples/bin examples/obj

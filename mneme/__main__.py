@@ -7,18 +7,54 @@ parent run. See docs/EXPERIMENTS.md.
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import List
+import traceback
+from typing import Any, Dict, List
 
 import hydra
 from omegaconf import DictConfig
 
+#: the exit code of each job this process ran (docs/USAGE.md, "Exit codes"); the process exits with the worst
+_OUTCOMES: List[int] = []
+
+
+def job_exit_code(ret: Dict[str, Any], search_trial: bool) -> int:
+    """0 verified / compiled / recorded, 1 ran but did not verify, 2 any other failure. A search's trial
+    (a job of the Optuna sweeper other than its baseline) that fails is an answer, not an error."""
+    if search_trial:
+        return 0
+    status = ret.get("status")
+    if status in ("verified", "compiled", "recorded"):
+        return 0
+    return 1 if status == "failed_verification" else 2
+
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def _app(cfg: DictConfig):
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from mneme.errors import MnemeError
     from mneme.track.app import run
 
-    return run(cfg)
+    try:
+        ret = run(cfg)
+    except (MnemeError, OSError) as e:
+        # a user error: one line (MNEME_DEBUG=1 shows the traceback); a multirun goes on with its other jobs
+        if os.environ.get("MNEME_DEBUG"):
+            traceback.print_exc()
+        what = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else str(e)
+        print(f"mneme: error: {what}", file=sys.stderr, flush=True)
+        _OUTCOMES.append(2)
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return {"status": "error", "error": what}
+        raise SystemExit(2)
+    hc = HydraConfig.get() if HydraConfig.initialized() else None
+    searching = hc is not None and hc.mode == RunMode.MULTIRUN and "optuna" in str(hc.sweeper.get("_target_", "")).lower()
+    role = str((cfg.get("tracking") or {}).get("role", ""))
+    _OUTCOMES.append(job_exit_code(ret, searching and role != "baseline"))
+    return ret
 
 
 def _multirun_first(argv: List[str]) -> List[str]:
@@ -32,6 +68,11 @@ def main() -> None:
     from mneme.track import session
     from mneme.track.records import FAILED, FINISHED, KILLED
 
+    import atexit
+
+    from mneme.tmpfiles import reap
+
+    atexit.register(reap)  # leftovers of killed workers (compile directories, unused lock files)
     sys.argv[1:] = _multirun_first(sys.argv[1:])
     try:
         _app()
@@ -48,7 +89,12 @@ def main() -> None:
         session.close(KILLED)
         print("mneme: interrupted", file=sys.stderr)
         sys.exit(130)
-    session.close(FINISHED)
+    code = max(_OUTCOMES, default=0)
+    session.close(FINISHED if code == 0 else FAILED)
+    if code:
+        failed = sum(1 for c in _OUTCOMES if c)
+        print(f"mneme: {failed} of {len(_OUTCOMES)} job(s) failed (exit {code})", file=sys.stderr)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -207,6 +207,15 @@ class MeasurementSettings:
     arch: Optional[str] = None
     #: seconds before a hung kernel is stopped by the watchdog
     timeout: float = 60.0
+    #: verification (docs/VERIFY.md): replays of the recorded configuration that learn which bytes vary
+    #: between identical runs (0: none; everything not annotated is compared with the recorded epilogue
+    #: exactly); those bytes are then compared with (1 + verify_margin) * the observed spread, or skipped
+    #: when replay shows they are scratch
+    verify_runs: int = 0
+    verify_margin: float = 3.0
+    #: relative tolerance for float buffers (element type from the IR): outputs that only round
+    #: differently under other compile settings (fast-math, FMA contraction)
+    float_rtol: Optional[float] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -248,6 +257,11 @@ class ExperimentResult:
     code_hash: str = ""
     fidelity: float = 0.0
     cache_hit: bool = False
+    #: verification: the largest errors seen on float buffers (tolerant checks; differing elements on a
+    #: failure) and, per buffer, how it was compared (mneme.record.verification.Verdict)
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    verification: str = ""
     #: instructions in the kernel's PTX (what a knob changed in the code, next to registers and spills)
     ptx_instructions: int = 0
     #: SHA-256 of the cubin's code sections (mneme.ir.codegen.binary_digest)

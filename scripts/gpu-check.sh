@@ -25,5 +25,9 @@ STAGES=()
 if [ -z "$K" ]; then  # the whole check: the main job as a user runs it, in a new copy of the tree
   bash scripts/mainjob.sh "$LOG"
   STAGES+=("main job (demo.sh in a new copy)=$?")
+  # README.md's commands as a user types them (record, show, replay, tune, sweep, compare), placeholders filled
+  timeout "${DOCCMDS_TIMEOUT:-420}" python3 scripts/doccmds.py --gpu >"$LOG/doccmds.log" 2>&1
+  STAGES+=("README commands (scripts/doccmds.py --gpu)=$?")
+  tail -n 1 "$LOG/doccmds.log"
 fi
 python3 scripts/summary.py "$LOG/junit.xml" "$rc" "$(( $(date +%s) - t0 ))" "${STAGES[@]}"

@@ -9,7 +9,7 @@ export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$PWD/scripts/bin:$PATH"
 export MNEME_COMMIT="$(cat .bundle/COMMIT 2>/dev/null || echo unknown)"
-if [ ! -f mneme/lib/librecord.so ] || ! ls mneme/_native*.so >/dev/null 2>&1; then
-  { python3 native/build_native.py && make -C native/recorder OUT="$PWD/mneme/lib"; } >/tmp/mneme-native.log 2>&1 \
+if [ ! -f mneme/lib/librecord.so ] || [ ! -f mneme/lib/libapply.so ] || ! ls mneme/_native*.so >/dev/null 2>&1; then
+  { python3 native/build_native.py && make -C native/recorder OUT="$PWD/mneme/lib" && make -C native/apply OUT="$PWD/mneme/lib"; } >/tmp/mneme-native.log 2>&1 \
     || { cat /tmp/mneme-native.log; return 1; }
 fi

@@ -37,6 +37,10 @@ EXPECTED = {
     "launchex": ["exScale(float const*, float*, int, float)"],
     "cooperative": ["coopSum(float const*, float*, float*, int)"],
     "shlib": ["shlibOffset(float*, float, int)", "shlibScale(float*, float, int)"],
+    "consttable": ["tableMap(float const*, float*, int)"],
+    "devcounter": ["countAbove(float const*, float*, int, float)"],
+    "atomicsum": ["jacobiStep(float const*, float const*, float*, float*, int)"],
+    "workqueue": ["queueSquare(float const*, float*, int*, unsigned int*, int)"],
 }
 
 

@@ -68,13 +68,15 @@ def test_one_parent_run_with_the_baseline_and_every_trial_nested(swept):
     assert parent.info.status == "FINISHED" and parent.data.tags["mneme.study"] == "saxpy-quick"
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(children) == len(runs) - 1
-    base = [r for r in children if r.info.run_name == "baseline"]
+    base = [r for r in children if r.data.tags["mneme.role"] == "baseline"]
     assert len(base) == 1 and base[0].data.metrics["speedup"] == 1.0
+    assert base[0].info.run_name == base[0].data.params["kernel"] + " baseline"
     s, trials = study_trials(cwd)
     assert s.user_attrs["mneme.mlflow_run_id"] == parent.info.run_id
     assert len(counted(trials)) == 8
     ran = {t.number for t in counted(trials) if "duplicate_of" not in t.user_attrs.get("mneme.result", {})}
-    assert {int(r.data.tags["mneme.trial"]) for r in children if r.info.run_name != "baseline"} == ran
+    assert {int(r.data.tags["mneme.trial"]) for r in children if r.data.tags["mneme.role"] != "baseline"} == ran
+    assert all(r.info.run_name.endswith(f" #{r.data.tags['mneme.trial']}") for r in children if r not in base)
 
 
 def test_trial_runs_have_params_tags_metrics_and_artifacts(swept):

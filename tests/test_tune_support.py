@@ -63,7 +63,6 @@ def write_record(
     ir.write_bytes(Path(module).read_bytes() if module else b"BC\xc0\xde not really bitcode")
     pro, epi = directory / f"{dynamic_hash}.prologue", directory / f"{dynamic_hash}.epilogue"
     x_addr, y_addr = 0x153940000000, 0x153940000000 + (1 << 20)
-    args = [2.0, x_addr, y_addr, n]
     if snapshots:
         from mneme.snapshot import SnapshotType, Writer
 
@@ -82,9 +81,16 @@ def write_record(
     else:
         pro.write_bytes(b"prologue")
         epi.write_bytes(b"epilogue")
+    static = "5" * 64  # a dummy module is never linked; real IR gets its real static hash (replay checks it)
+    if module:
+        from mneme.ir import link_modules, static_hash
+
+        static = static_hash(link_modules([str(ir)], KERNEL), KERNEL)
+    hex_args = [struct.pack("<f", 2.0).hex(), struct.pack("<Q", x_addr).hex(), struct.pack("<Q", y_addr).hex(),
+                struct.pack("<i", n).hex()]
     db = {
         "SchemaVersion": 1,
-        "StaticHash": "s" * 16,
+        "StaticHash": static,
         "KernelName": KERNEL,
         "DemangledName": "saxpy(float, float const*, float*, int)",
         "Modules": [ir.name],
@@ -96,7 +102,7 @@ def write_record(
         "VASize": 4,
         "instances": {
             dynamic_hash: {
-                "Args": args,
+                "Args": hex_args,
                 "BlockDims": dict(zip("xyz", block)),
                 "GridDims": dict(zip("xyz", grid)),
                 "Occurrences": 1,

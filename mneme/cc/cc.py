@@ -44,6 +44,8 @@ class Driver:
         self.verbose = verbose
         self.archs = inv.archs or [os.environ.get("MNEME_CUDA_ARCH", DEFAULT_ARCH)]
         self.env = tc.env()
+        #: the device-code settings of this build, stored in the embedded IR's metadata ("build")
+        self.build = build_settings(inv)
 
     # ---- running commands ------------------------------------------------------------------------
     def _show(self, cmd: Sequence[str]) -> None:
@@ -135,6 +137,7 @@ class Driver:
             "rdc": self.inv.is_rdc,
             "cwd": os.getcwd(),
             "flags": self.inv.ir_flags(),
+            "build": self.build,
         }
         ir_obj = self.section_object(pack_entry(bitcode, meta), tmp, src.path)
         merged = obj + ".mneme-tmp"
@@ -195,6 +198,22 @@ class Driver:
             self.run(cmd, f"linking {out}")
 
 
+def build_settings(inv: Invocation) -> dict:
+    """How `mneme cc` was asked to build the device code: the -O level, the floating-point and
+    ptxas flags (the replay baseline compiles as the app was built; mneme.cc.embedded.build_settings)."""
+    flags = inv.flags()
+    opt = next((a[2:] or "1" for a in reversed(flags) if a.startswith("-O")), "0")
+    fp = [a for a in flags if a.startswith(("-ffast-math", "-fno-fast-math", "-ffp-contract", "-fgpu-", "-fno-gpu-",
+                                              "-fcuda-", "-fno-cuda-", "-fdenormal"))]
+    ptxas = [b for a, b in zip(flags, flags[1:]) if a == "-Xcuda-ptxas"]
+    fast = "-ffast-math" in fp
+    return {"compiler": "cc", "opt_level": opt, "host_opt_level": opt, "fp_flags": fp, "ptxas": ptxas,
+            "ftz": "-fgpu-flush-denormals-to-zero" in fp or "-fcuda-flush-denormals-to-zero" in fp,
+            "fast_math": fast, "prec_div": not fast,
+            "prec_sqrt": False,  # clang-22 lowers sqrtf to sqrt.approx unless told otherwise (TOOLCHAIN.md)
+            "fmad": "-ffp-contract=off" not in fp, "maxrregcount": None, "rdc": inv.is_rdc}
+
+
 def _static_archives(args: Sequence[str]) -> List[str]:
     """Static archives a link command line names, as paths or as -l found in -L/LIBRARY_PATH
     directories (where the linker would take lib<name>.so first, the archive is not used)."""
@@ -229,8 +248,31 @@ def _remove(path: str) -> None:
         pass
 
 
+HELP = """usage: mneme cc [clang options] FILES...   (also installed as mneme-cc, for CMake)
+
+A drop-in C++/CUDA compiler for Make and CMake: clang++-22 in CUDA mode, plus what mneme adds:
+  * each CUDA translation unit's device LLVM bitcode embedded in its object (`mneme ir` lists it), so
+    `mneme record` finds the IR of every kernel the app launches
+  * nvcc's conveniences: -x cuda for .cu, --cuda-gpu-arch=sm_90 by default (MNEME_CUDA_ARCH), CCCL and
+    CUDA includes, nvcc builtins clang lacks, -arch=sm_NN / --gpu-architecture spellings
+  * links against the shared libcudart (the recorder interposes on it) and device-links -fgpu-rdc code
+  * -v or MNEME_CC_VERBOSE=1 prints every command it runs; #include <mneme/tolerance.h> works everywhere
+
+example: mneme cc -O2 -o app app.cu && mneme ir ./app       (more: docs/CC.md)
+
+clang's own options follow.
+"""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("--help", "-help", "-h"):
+        print(HELP, flush=True)
+        try:
+            return subprocess.run([find_clang(), "--help"]).returncode
+        except MnemeError as e:
+            print(f"{PROG}: clang's help unavailable: {e}", file=sys.stderr)
+            return 0
     try:
         inv = cmdline.parse(argv)
         verbose = inv.verbose or os.environ.get("MNEME_CC_VERBOSE", "") not in ("", "0")

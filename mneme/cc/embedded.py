@@ -9,7 +9,7 @@ translation units and must be split again. An entry is self-delimiting:
     0       8     magic  b"MNEMEIR\\0"
     8       2     format version (1)
     10      2     header size (56): readers skip unknown header growth
-    12      4     metadata size M (UTF-8 JSON: name, source, arch, rdc, flags)
+    12      4     metadata size M (UTF-8 JSON: name, source, arch, rdc, flags, build)
     16      8     bitcode size B
     24      32    sha256 of the bitcode
     56      M     metadata
@@ -113,6 +113,22 @@ def unpack_entries(data: bytes, origin: PathLike = "<memory>") -> List[EmbeddedM
         off = bstart + bsize
         off += -off % ALIGN
     return modules
+
+
+#: the device-code settings a build without recorded settings (older binaries) is taken to have used
+DEFAULT_BUILD = {"compiler": "unknown", "opt_level": "3", "ftz": False, "prec_div": True, "prec_sqrt": True,
+                 "fmad": True, "fast_math": False, "maxrregcount": None, "ptxas": []}
+
+
+def build_settings(mod: EmbeddedModule) -> Dict[str, object]:
+    """How the app's build compiled `mod`'s device code, as `mneme cc`/`mneme nvcc` recorded it: keys
+    compiler ("nvcc" | "cc"), opt_level (device -O), host_opt_level, ftz, prec_div, prec_sqrt, fmad,
+    fast_math, maxrregcount (None: no limit), ptxas (the -Xptxas options), rdc, lineinfo, device_debug;
+    `mneme cc` adds fp_flags (its clang floating-point flags). The replay baseline compiles with these
+    so that it runs the app's code. Keys missing in older binaries take DEFAULT_BUILD's values."""
+    out = dict(DEFAULT_BUILD)
+    out.update(mod.meta.get("build") or {})
+    return out
 
 
 def _open_elf(path: Path):
@@ -334,6 +350,8 @@ __all__ = [
     "MAGIC",
     "VERSION",
     "EmbeddedModule",
+    "DEFAULT_BUILD",
+    "build_settings",
     "pack_entry",
     "unpack_entries",
     "read_embedded",

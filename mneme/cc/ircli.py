@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from mneme.cc.embedded import EmbeddedModule, collect_embedded
+from mneme.cc.embedded import EmbeddedModule, build_settings, collect_embedded
 from mneme.errors import RecordError
 from mneme.ir.module import demangle, module_kernels, parse_module
 
@@ -33,6 +33,7 @@ def describe(mod: EmbeddedModule) -> Dict[str, object]:
         "arch": mod.arch,
         "sha256": mod.sha256,
         "bytes": len(mod.bitcode),
+        "build": build_settings(mod),
         "kernels": [{"name": k, "demangled": demangle(k)} for k in kernels],
     }
 
@@ -46,6 +47,18 @@ def list_modules(binary: Path, ld_library_path: str = None) -> List[Dict[str, ob
     return [describe(m) for m in mods]
 
 
+def _settings_line(b: Dict[str, object]) -> str:
+    """One line of a module's device build settings: "nvcc -O3 ftz prec-div=false ... ptxas -v"."""
+    words = [str(b.get("compiler")), f"-O{b.get('opt_level')}"]
+    words += [f"ftz={str(b.get('ftz')).lower()}", f"prec-div={str(b.get('prec_div')).lower()}",
+              f"prec-sqrt={str(b.get('prec_sqrt')).lower()}", f"fmad={str(b.get('fmad')).lower()}"]
+    if b.get("maxrregcount") is not None:
+        words.append(f"maxrregcount={b['maxrregcount']}")
+    if b.get("ptxas"):
+        words.append("ptxas " + " ".join(map(str, b["ptxas"])))
+    return " ".join(words)
+
+
 def run(args: argparse.Namespace) -> int:
     modules = list_modules(args.binary, args.ld_library_path)
     if args.json:
@@ -57,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             elf = m["elf"]
             print(elf)
         print(f"  {m['name']}  ({m['arch']}, {m['bytes']} bytes, sha256 {str(m['sha256'])[:12]})  {m['source']}")
+        print(f"    built: {_settings_line(m['build'])}")
         for k in m["kernels"]:
             print(f"    {k['name']}" + (f"  {k['demangled']}" if k["demangled"] != k["name"] else ""))
         if not m["kernels"]:

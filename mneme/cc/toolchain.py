@@ -88,7 +88,9 @@ class Toolchain:
         return sibling if os.path.exists(sibling) else self.clang
 
     def common_flags(self) -> List[str]:
-        return ["-isystem", str(self.include), "-Wno-unused-command-line-argument"]
+        # -fno-crash-diagnostics: a failing ptxas or a clang crash must not leave megabytes of
+        # preprocessed source and crash scripts in the temporary directory.
+        return ["-isystem", str(self.include), "-Wno-unused-command-line-argument", "-fno-crash-diagnostics"]
 
     def host_flags(self) -> List[str]:
         """For plain C/C++ sources: CUDA's headers are on the path, as nvcc arranges for .cpp files."""
@@ -113,14 +115,38 @@ class Toolchain:
             "-fno-discard-value-names", "-w",
         ]
 
+    def cudart_flags(self, cudart: str = "shared") -> List[str]:
+        """Link flags of the CUDA runtime: "shared" (with an rpath), "static" (what nvcc and CMake
+        link by default, with its libdl/libpthread/librt) or "none"."""
+        lib = self.cuda / "lib64"
+        if cudart == "shared":
+            return [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lcudart", "-ldl"]
+        if cudart == "static":
+            return [f"-L{lib}", "-lcudart_static", "-ldl", "-lpthread", "-lrt"]
+        if cudart == "none":
+            return [f"-L{lib}"]
+        raise ConfigurationError(f"cudart {cudart!r}: expected shared, static or none")
+
     def link_flags(self) -> List[str]:
         """Shared libcudart (so LD_PRELOAD can interpose), libdl, and the offload linker that
         device-links relocatable device code (-fgpu-rdc) through nvlink."""
-        lib = self.cuda / "lib64"
-        return [
-            "--offload-link", f"--cuda-path={self.cuda}", f"-L{lib}", f"-Wl,-rpath,{lib}", "-lcudart", "-ldl",
+        return ["--offload-link", f"--cuda-path={self.cuda}"] + self.cudart_flags("shared") + [
             "-Wno-unused-command-line-argument",
         ]
+
+    def version(self) -> tuple:
+        """(major, minor) of the CUDA root, from CUDA_VERSION in include/cuda.h (e.g. 13000 -> (13, 0))."""
+        import re
+
+        try:
+            text = (self.cuda / "include" / "cuda.h").read_text(errors="replace")
+        except OSError:
+            text = ""
+        m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", text)
+        if not m:
+            raise ConfigurationError(f"{self.cuda}/include/cuda.h: no CUDA_VERSION: is CUDA_HOME a CUDA toolkit root?")
+        v = int(m.group(1))
+        return v // 1000, (v % 1000) // 10
 
     def env(self) -> dict:
         """clang's offload linker finds nvlink and fatbinary on PATH."""

@@ -76,9 +76,9 @@ class CompiledKernel:
 _MAGIC = b"MNEMECK1"
 
 
-def _toolchain_tag() -> str:
+def _toolchain_tag(using: Optional[str] = None) -> str:
     llvm_v = ".".join(map(str, llvm.llvm_version_info))
-    return f"llvm{llvm_v}-{assembler_version(assembler())}"
+    return f"llvm{llvm_v}-{assembler_version(using or assembler())}"
 
 
 def _encode(ck: CompiledKernel) -> bytes:
@@ -241,10 +241,11 @@ def compile_kernel(
     """Compile `config`'s variant of the kernel; `linked_mod` is cloned, never changed.
 
     `cache`: a CompileCache, None for the process-wide one, False for none. `keep_ll` keeps the
-    optimized IR text (for --output-ll). `static_hash` is computed when not given (a few ms); pass
-    the recorded one so code hashes match the record. `config.prune`/`internalize` were applied when
-    `linked_mod` was linked. A module's LLVM context is single-threaded: compile one linked module
-    from one thread at a time (the tuner's pool uses processes).
+    optimized IR text (for --output-ll). `static_hash` is computed when not given (a few ms); a caller
+    that passes it must have computed it from `linked_mod` (ReplayPipeline does, once per link), since
+    the code hash - the cache key - is made of it with the specialization, pipeline, codegen options, arch
+    and toolchain. `config.prune`/`internalize` were applied when `linked_mod` was linked. A module's LLVM
+    context is single-threaded: compile one linked module from one thread at a time (the tuner's pool uses processes).
     """
     problems = [p for p in config.problems() if not p.startswith(("grid", "block", "shared_mem"))]
     if problems:
@@ -260,7 +261,7 @@ def compile_kernel(
     using = assembler()
     knobs = CodeKnobs.of(config)
     key = make_code_hash(static_hash, spec, pipeline, config.codegen_opt, config.codegen_method, arch, using,
-                         knobs.describe())
+                         toolchain=_toolchain_tag(using), knobs=knobs.describe())
     store = default_cache() if cache is None else (None if cache is False else cache)
     if store is not None:
         hit = store.get(key)

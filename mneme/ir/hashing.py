@@ -107,10 +107,12 @@ def code_hash(
     codegen_method: str,
     arch: str,
     assembler: str = "ptxas",
+    toolchain: str = "",
     knobs: Optional[Mapping[str, Any]] = None,
 ) -> str:
-    """SHA-256 (hex) naming one compiled variant: equal hashes mean identical code (so the PTX assembler,
-    whole-program ptxas or relocatable nvJitLink, is part of it)."""
+    """SHA-256 (hex) naming one compiled variant: equal hashes mean identical code. `static_hash` must be
+    the hash of the IR being compiled (not a DB's word for it); the PTX assembler (whole-program ptxas or
+    relocatable nvJitLink) and the toolchain's versions (`toolchain`: LLVM and assembler) are part of it."""
     spec = specializations.describe() if isinstance(specializations, Specialization) else dict(specializations or {})
     pipeline = passes if isinstance(passes, Pipeline) else parse_pipeline(passes)
     doc = {
@@ -123,6 +125,8 @@ def code_hash(
         "arch": arch,
         "assembler": assembler,
     }
+    if toolchain:
+        doc["toolchain"] = toolchain
     if knobs:  # only set knobs (mneme.ir.knobs): hashes of code without them stay as they were
         doc["knobs"] = dict(knobs)
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

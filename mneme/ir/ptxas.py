@@ -16,11 +16,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mneme.errors import CompileError
+from mneme.tmpfiles import pid_dir
 
 #: Where `ptxas` is looked for after MNEME_PTXAS, in order: the CUDA roots' bin/, then PATH.
 CUDA_ROOT_VARS = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
@@ -71,7 +71,7 @@ def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] 
             "no ptxas found (looked at MNEME_PTXAS, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin and PATH); "
             "set CUDA_HOME to your CUDA toolkit, or MNEME_ASSEMBLER=nvjitlink to assemble with nvJitLink"
         )
-    with tempfile.TemporaryDirectory(prefix="mneme-ptxas-") as tmp:
+    with pid_dir("ptxas") as tmp:  # removed on exit and Ctrl-C; reaped (mneme.tmpfiles) if this process is killed
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
         try:

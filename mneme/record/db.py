@@ -1,9 +1,12 @@
 """The record DB: one JSON file per recorded kernel (`<static-hash>.json`).
 
-This module is the one definition of the record-DB schema. The field names follow the seeds' record DB
-(StaticHash, KernelName, DemangledName, Modules, ArgNames, Specializations, VAddr, VASize, instances
-{dynamic hash: Prologue, Epilogue, GridDims, BlockDims, SharedMem, Args, Occurrences}); mneme adds a
-schema version, in-app times, per-argument kinds, replayability and provenance.
+The schema itself (every field, its type, the version and the migration of older versions) is
+mneme/record/schema.py; this module turns a validated DB into RecordedExecution / KernelInstance and back.
+The field names follow the seeds' record DB (StaticHash, KernelName, DemangledName, Modules, ArgNames,
+Specializations, VAddr, VASize, instances {dynamic hash: Prologue, Epilogue, GridDims, BlockDims,
+SharedMem, Args, Occurrences}); mneme adds a schema version, in-app times, per-argument kinds,
+replayability, provenance and the SHA-256 of every file the DB owns (checked before use, see
+mneme/record/integrity.py).
 
 Every path stored in a DB is relative to the DB's directory; a path that escapes it is refused, so a
 DB can be copied or moved as a directory and never reads files it does not own.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +24,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from mneme.config import dim3
 from mneme.errors import RecordError
-
-SCHEMA_VERSION = 1
+from mneme.record import integrity
+from mneme.record.schema import SCHEMA_VERSION, SchemaViolation, validate
 DEFAULT_VADDR = 0x153940000000
 
 
@@ -81,6 +85,19 @@ class KernelInstance:
     #: paths as stored in the DB (relative); prologue_fn/epilogue_fn are the resolved ones
     prologue_rel: str = ""
     epilogue_rel: str = ""
+    #: SHA-256 of the snapshot files as recorded (None: unknown, a schema-1 DB or not yet written)
+    prologue_sha256: Optional[str] = None
+    epilogue_sha256: Optional[str] = None
+    #: the DB file this instance belongs to (for messages)
+    db_path: str = ""
+
+    def checked_prologue(self) -> str:
+        """The prologue's path, after its bytes were checked against the recorded SHA-256."""
+        return integrity.check_file(self.prologue_fn, self.prologue_sha256, self.db_path, "prologue")
+
+    def checked_epilogue(self) -> str:
+        """The epilogue's path, after its bytes were checked against the recorded SHA-256."""
+        return integrity.check_file(self.epilogue_fn, self.epilogue_sha256, self.db_path, "epilogue")
 
     @property
     def available_specializations(self) -> List[int]:
@@ -90,13 +107,14 @@ class KernelInstance:
     def prologue(self):
         from mneme.record.memstate import MemState, SnapshotType
 
-        return MemState(self.prologue_fn, self.kernel_name, SnapshotType.PROLOGUE)
+        return MemState(self.checked_prologue(), self.kernel_name, SnapshotType.PROLOGUE)
 
     @property
     def epilogue(self):
         from mneme.record.memstate import MemState, SnapshotType
 
-        return MemState(self.epilogue_fn, self.kernel_name, SnapshotType.EPILOGUE, prologue_fn=self.prologue_fn)
+        return MemState(self.checked_epilogue(), self.kernel_name, SnapshotType.EPILOGUE,
+                        prologue_fn=self.checked_prologue())
 
     def __hash__(self) -> int:
         return hash(self.dynamic_hash + self.static_hash)
@@ -145,6 +163,8 @@ class RecordedExecution:
         complete: bool = True,
         path: Optional[str] = None,
         extra: Optional[Dict[str, Any]] = None,
+        module_sha256: Optional[List[Optional[str]]] = None,
+        schema_version: int = SCHEMA_VERSION,
     ):
         self.static_hash = static_hash
         self.kernel_name = kernel_name
@@ -162,6 +182,10 @@ class RecordedExecution:
         self.complete = complete
         self.path = path
         self.extra = dict(extra or {})
+        #: SHA-256 per llvm_files entry as recorded (None: unknown)
+        self.module_sha256: List[Optional[str]] = list(module_sha256 or [None] * len(self.llvm_files))
+        #: the version the DB was read as (SCHEMA_VERSION for new ones; writing always writes SCHEMA_VERSION)
+        self.schema_version = schema_version
         self._link_mod = None
 
     # -- mapping over instances -------------------------------------------------------------
@@ -231,11 +255,19 @@ class RecordedExecution:
                     f"{self.path}: kernel {self.demangled_name or self.kernel_name} has no recorded IR; "
                     "rebuild the app with `mneme cc` and record it again"
                 )
-            for f in self.llvm_files:
-                if not Path(f).exists():
-                    raise RecordError(f"{self.path}: IR module {f} is missing")
-            self._link_mod = link_modules(self.llvm_files, self.kernel_name, prune=prune, internalize=internalize)
+            files = self.checked_modules()
+            self._link_mod = link_modules(files, self.kernel_name, prune=prune, internalize=internalize)
         return self._link_mod
+
+    def checked_modules(self) -> List[str]:
+        """The IR module paths, each checked before LLVM may parse it: against its recorded SHA-256, or
+        (schema 1, no hash) parsed once in a separate process, where an LLVM abort cannot take this one."""
+        hashes = self.module_sha256 + [None] * (len(self.llvm_files) - len(self.module_sha256))
+        for f, h in zip(self.llvm_files, hashes):
+            integrity.check_file(f, h, str(self.path), "IR module")
+            if h is None:
+                integrity.check_bitcode_contained(f, str(self.path))
+        return list(self.llvm_files)
 
     # -- (de)serialisation ----------------------------------------------------------------------
     def _rel(self, p: str) -> str:
@@ -244,13 +276,23 @@ class RecordedExecution:
             return p
         return relative_to_db(p, self.path)
 
+    def fill_sha256(self) -> None:
+        """Hash the files whose SHA-256 is not known yet (new files, or a schema-1 DB about to be written)."""
+        hashes = self.module_sha256 + [None] * (len(self.llvm_files) - len(self.module_sha256))
+        self.module_sha256 = [h or integrity.file_sha256(m, str(self.path)) for m, h in zip(self.llvm_files, hashes)]
+        for inst in self.values():
+            inst.prologue_sha256 = inst.prologue_sha256 or integrity.file_sha256(inst.prologue_fn, str(self.path))
+            inst.epilogue_sha256 = inst.epilogue_sha256 or integrity.file_sha256(inst.epilogue_fn, str(self.path))
+
     def to_dict(self) -> Dict[str, Any]:
+        self.fill_sha256()
         d: Dict[str, Any] = {
             "SchemaVersion": SCHEMA_VERSION,
             "StaticHash": self.static_hash,
             "KernelName": self.kernel_name,
             "DemangledName": self.demangled_name,
             "Modules": [self._rel(m) for m in self.llvm_files],
+            "ModuleSha256": list(self.module_sha256),
             "BinaryBlobs": [],
             "ArgNames": self.arg_names,
             "ArgKinds": self.arg_kinds,
@@ -268,6 +310,8 @@ class RecordedExecution:
             idict = inst.to_dict()
             idict["Prologue"] = self._rel(inst.prologue_fn)
             idict["Epilogue"] = self._rel(inst.epilogue_fn)
+            idict["PrologueSha256"] = inst.prologue_sha256
+            idict["EpilogueSha256"] = inst.epilogue_sha256
             d["instances"][k] = idict
         return d
 
@@ -288,97 +332,129 @@ class RecordedExecution:
 
     @classmethod
     def from_json(cls, fn: str, check_files: bool = True) -> "RecordedExecution":
-        path = Path(fn)
-        if not path.exists():
-            raise RecordError(f"record DB {fn} does not exist")
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RecordError(f"{fn}: not a record DB (invalid JSON: {e})") from None
-        return cls.from_dict(data, str(path), check_files=check_files)
+        return cls.from_dict(read_json(fn), str(fn), check_files=check_files)
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any], fn: str, check_files: bool = True) -> "RecordedExecution":
+    def from_dict(cls, data: Any, fn: str, check_files: bool = True) -> "RecordedExecution":
+        """A DB from its parsed JSON: validated against the schema first (mneme/record/schema.py), so
+        every violation is refused with its file and field path before anything uses a value."""
         path = Path(fn)
-        version = data.get("SchemaVersion")
-        if version != SCHEMA_VERSION:
-            raise RecordError(
-                f"{fn}: record-DB schema version {version!r} is not supported (this mneme reads version "
-                f"{SCHEMA_VERSION}); record the app again with this mneme"
-            )
-        missing = [k for k in ("StaticHash", "KernelName", "instances", "VAddr", "VASize") if k not in data]
-        if missing:
-            raise RecordError(f"{fn}: record DB lacks the field(s) {missing}")
+        try:
+            m = validate(data, fn)
+        except SchemaViolation as e:
+            raise RecordError(str(e)) from None
         base = path.parent
-        modules = [str(resolve_inside(base, m, "IR module", path)) for m in data.get("Modules", [])]
+        modules = [str(resolve_inside(base, rel, "IR module", path)) for rel in m.Modules]
         if check_files:
-            for m in modules:
-                if not Path(m).exists():
-                    raise RecordError(f"{fn}: IR module {m} is missing")
-        specs = list(data.get("Specializations", []))
+            for rel, f in zip(m.Modules, modules):
+                if not Path(f).is_file():
+                    raise RecordError(f"{fn}: IR module {rel} ({f}) is missing or not a file")
+        specs = list(m.Specializations)
         instances: Dict[str, KernelInstance] = {}
-        for dhash, inst in data["instances"].items():
-            pro = str(resolve_inside(base, inst["Prologue"], "prologue", path))
-            epi = str(resolve_inside(base, inst["Epilogue"], "epilogue", path))
+        for dhash, inst in m.instances.items():
+            pro = str(resolve_inside(base, inst.Prologue, "prologue", path))
+            epi = str(resolve_inside(base, inst.Epilogue, "epilogue", path))
             instances[dhash] = KernelInstance(
-                static_hash=data["StaticHash"],
+                static_hash=m.StaticHash,
                 dynamic_hash=dhash,
-                kernel_name=data["KernelName"],
-                args=list(inst.get("Args", [])),
-                shared_mem=int(inst.get("SharedMem", 0)),
-                block_dim=dim3.from_dict(inst["BlockDims"]),
-                grid_dim=dim3.from_dict(inst["GridDims"]),
+                kernel_name=m.KernelName,
+                args=list(inst.Args),
+                shared_mem=inst.SharedMem,
+                block_dim=dim3(inst.BlockDims.x, inst.BlockDims.y, inst.BlockDims.z),
+                grid_dim=dim3(inst.GridDims.x, inst.GridDims.y, inst.GridDims.z),
                 specializations=specs,
-                occ=int(inst.get("Occurrences", 1)),
+                occ=inst.Occurrences,
                 prologue_fn=pro,
                 epilogue_fn=epi,
-                in_app_time_ns=inst.get("InAppTimeNs"),
-                in_app_times_ns=list(inst.get("InAppTimesNs", [])),
-                prologue_rel=inst["Prologue"],
-                epilogue_rel=inst["Epilogue"],
+                in_app_time_ns=inst.InAppTimeNs,
+                in_app_times_ns=list(inst.InAppTimesNs),
+                prologue_rel=inst.Prologue,
+                epilogue_rel=inst.Epilogue,
+                prologue_sha256=inst.PrologueSha256,
+                epilogue_sha256=inst.EpilogueSha256,
+                db_path=str(path),
             )
-        known = {
-            "SchemaVersion", "StaticHash", "KernelName", "DemangledName", "Modules", "BinaryBlobs", "ArgNames",
-            "ArgKinds", "Specializations", "VAddr", "VASize", "Replayable", "NotReplayableReason", "Provenance",
-            "Complete", "instances",
-        }
+        known = {"SchemaVersion", "StaticHash", "KernelName", "DemangledName", "Modules", "ModuleSha256", "BinaryBlobs",
+                 "ArgNames", "ArgKinds", "Specializations", "VAddr", "VASize", "Replayable", "NotReplayableReason",
+                 "Provenance", "Complete", "instances"}
+        # the other fields (instance attributes, counts, fields of later mneme) are kept as they were read
+        extra = {k: v for k, v in data.items() if k not in known}
         return cls(
-            static_hash=data["StaticHash"],
-            kernel_name=data["KernelName"],
-            demangled_name=data.get("DemangledName", data["KernelName"]),
+            static_hash=m.StaticHash,
+            kernel_name=m.KernelName,
+            demangled_name=m.DemangledName or m.KernelName,
             llvm_files=modules,
-            arg_names=list(data.get("ArgNames", [])),
+            arg_names=list(m.ArgNames),
             specializations=specs,
-            va_addr=data["VAddr"],
-            va_size=int(data["VASize"]),
+            va_addr=m.VAddr,
+            va_size=m.VASize,
             kernel_instances=instances,
-            arg_kinds=list(data.get("ArgKinds", [])),
-            replayable=bool(data.get("Replayable", True)),
-            not_replayable_reason=data.get("NotReplayableReason", ""),
-            provenance=data.get("Provenance", {}),
-            complete=bool(data.get("Complete", True)),
+            arg_kinds=list(m.ArgKinds),
+            replayable=m.Replayable,
+            not_replayable_reason=m.NotReplayableReason,
+            provenance=dict(m.Provenance),
+            complete=m.Complete,
             path=str(path),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra=extra,
+            module_sha256=list(m.ModuleSha256) if m.ModuleSha256 is not None else None,
+            schema_version=m.SchemaVersion,
         )
+
+
+def read_json(fn: str) -> Any:
+    """The parsed JSON of a DB file; RecordError (one line, naming the file) for anything that is not one."""
+    path = Path(fn)
+    if path.is_dir():
+        inside = [Path(f).name for f in find_dbs(str(path))] if os.access(path, os.R_OK) else []
+        hint = f"; it holds {', '.join(inside[:5])}" if inside else ""
+        raise RecordError(f"{fn} is a directory, not a record DB file: pass one of its <static-hash>.json files{hint}")
+    if not path.exists():
+        raise RecordError(f"record DB {fn} does not exist")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise RecordError(f"{fn}: cannot read the record DB ({e.strerror or e})") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise RecordError(f"{fn}: not a record DB (not UTF-8 text: byte {e.start} is {raw[e.start]:#04x})") from None
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{fn}: not a record DB (invalid JSON at line {e.lineno} column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise RecordError(f"{fn}: not a record DB (JSON nested too deeply)") from None
 
 
 def median(values: List[float]) -> Optional[float]:
     return float(statistics.median(values)) if values else None
 
 
-def find_dbs(path: str) -> List[str]:
-    """Record DBs under a directory (or the file itself)."""
+_DB_NAME = re.compile(r"^[0-9a-f]{64}\.json$")
+
+
+def find_dbs(path: str, unreadable: Optional[List[str]] = None) -> List[str]:
+    """Record DBs under a directory (or the file itself).
+
+    A `*.json` file there that is not a DB is skipped; when it looks like one (named `<static-hash>.json`,
+    or a JSON object with a StaticHash) but cannot be read, a one-line reason is appended to `unreadable`."""
     p = Path(path)
     if p.is_file():
         return [str(p)]
     if not p.is_dir():
         raise RecordError(f"{path}: no such record DB or directory")
     out = []
-    for f in sorted(p.glob("*.json")):
+    try:
+        files = sorted(p.glob("*.json"))
+    except OSError as e:
+        raise RecordError(f"{path}: cannot list the directory ({e.strerror or e})") from None
+    for f in files:
         try:
-            head = json.loads(f.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            head = read_json(str(f))
+        except RecordError as e:
+            if unreadable is not None and _DB_NAME.match(f.name):
+                unreadable.append(str(e))
             continue
         if isinstance(head, dict) and "StaticHash" in head and "instances" in head:
             out.append(str(f))
+        elif unreadable is not None and (_DB_NAME.match(f.name) or (isinstance(head, dict) and "StaticHash" in head)):
+            unreadable.append(f"{f}: not a record DB (expected a JSON object with StaticHash and instances)")
     return out

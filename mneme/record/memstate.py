@@ -26,6 +26,10 @@ What "verified" means — the CPU side here and the GPU core (native/core) imple
    expected values, a trailing partial element is compared byte-exact). The state is verified when
    the layouts agree and every check passes.
 
+For kernels that are not bit-reproducible, mneme.record.verification builds on this plan (tolerances
+learned from baseline replays, scratch skipped with evidence, `--float-rtol`) and names each buffer's
+comparison in its Verdict (docs/VERIFY.md).
+
 `written_ranges()` of an epilogue lists the bytes the kernel changed (from the diff, or by diffing a
 BYTES blob against its prologue); replay resets only those between timed iterations.
 """

@@ -30,9 +30,9 @@ CONFIG_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
     (("--shared-mem", "-shem"), "shared_mem", int, "dynamic shared memory bytes"),
     (("--max-threads",), "max_threads", int, "launch bound: max threads per block"),
     (("--min-blocks-per-sm", "--min-threads-per-block"), "min_blocks_per_sm", int,
-     "launch bound: min blocks per SM (--min-threads-per-block is the seeds' name for the same field)"),
+     "launch bound: min blocks per SM (--min-threads-per-block is an alias)"),
     (("--codegen-opt", "-co"), "codegen_opt", int, "backend optimization level 0-3"),
-    (("--codegen-method",), "codegen_method", str, "serial | parallel (the assembler's split compilation over several threads)"),
+    (("--codegen-method",), "codegen_method", str, "the assembler: serial, or parallel (split compilation over several threads)"),
     (("--unroll",), "unroll", int, "loop unroll count on every loop without a pragma (0: compiler decides, 1: none)"),
     (("--inline-threshold",), "inline_threshold", int, "inliner threshold of the default pipelines (0: LLVM's; <=255)"),
     (("--ptxas-opt",), "ptxas_opt", int, "ptxas -O level (-1: the codegen level)"),
@@ -49,12 +49,39 @@ BOOL_FLAGS = [
     (("--expensive-opts",), ("--no-expensive-opts",), "expensive_opts", "ptxas --allow-expensive-optimizations true"),
 ]
 
+#: (flags, MeasurementSettings field, type, help) — the verification flags of `mneme replay` and `mneme tune`
+#: (docs/VERIFY.md); the Hydra config sets the same fields under `measure`
+VERIFY_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
+    (("--verify-runs",), "verify_runs", int,
+     "replay the recorded configuration N times first and learn which bytes vary between identical runs "
+     "(float atomics, work queues, scratch); default 0: compare with the recorded epilogue only"),
+    (("--verify-margin",), "verify_margin", float,
+     "calibrated tolerance = (1 + margin) x the spread seen across those runs (default 3)"),
+    (("--float-rtol",), "float_rtol", float,
+     "relative tolerance for float buffers (element type from the IR): outputs that only round differently "
+     "(fast-math, FMA contraction); the error is reported per run"),
+]
+
+
+def add_verify_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("verification (docs/VERIFY.md)")
+    for flags, name, typ, help_text in VERIFY_FLAGS:
+        g.add_argument(*flags, dest=name, type=typ, default=None, help=help_text)
+
+
+def verify_settings(args: argparse.Namespace) -> dict:
+    """The verification fields of MeasurementSettings the command line set."""
+    return {name: getattr(args, name) for _, name, _, _ in VERIFY_FLAGS if getattr(args, name, None) is not None}
+
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("replay configuration (defaults: the recorded instance)")
     g.add_argument("passes", nargs="?", default=None, help="pass pipeline in opt syntax, e.g. 'default<O3>'")
     for flags, path, typ, help_text in CONFIG_FLAGS:
-        g.add_argument(*flags, dest="cfg:" + path, type=typ, default=None, help=help_text)
+        metavar = ("BYTES" if path == "shared_mem" else "N") if typ is int else None
+        choices = ("serial", "parallel") if path == "codegen_method" else None
+        g.add_argument(*flags, dest="cfg:" + path, type=typ, default=None, metavar=metavar, choices=choices,
+                       help=help_text)
     for on, off, name, help_text in BOOL_FLAGS:
         g.add_argument(*on, dest="cfg:" + name, action="store_const", const=True, default=None, help=help_text)
         g.add_argument(*off, dest="cfg:" + name, action="store_const", const=False, help=argparse.SUPPRESS)
@@ -70,6 +97,7 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tol-type", default=None, help="element type the tolerances apply to (default f32)")
     g.add_argument("--arch", default=None, help="target arch, e.g. sm_90 (default: the recorded one)")
     g.add_argument("--timeout", type=float, default=None, help="watchdog seconds for a hung kernel (default 60)")
+    add_verify_arguments(p)
 
 
 def config_from_args(args: argparse.Namespace, base: ExperimentConfiguration) -> ExperimentConfiguration:
@@ -148,9 +176,26 @@ def summary(pipe, config: ExperimentConfiguration, r: ExperimentResult) -> str:
             lines.append(f"fidelity   {r.fidelity:.3f}  (replay median / in-app median {_us(inapp)})")
     else:
         lines.append(f"run        {r.status}")
+    if r.verified and r.verification:
+        lines.append("verify     " + r.verification.replace("\n", "\n           "))
     if r.error:
         lines.append(f"error      {r.error}")
     return "\n".join(lines)
+
+
+def write_output(path: str, data: bytes) -> None:
+    """Write an output file whole or not at all (a temporary name, then a rename); ConfigurationError names it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ConfigurationError(f"{path}: cannot write it ({e.strerror or e})") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -163,6 +208,10 @@ def run(args: argparse.Namespace) -> int:
     problems = config.problems()
     if problems:
         raise ConfigurationError("invalid replay configuration: " + "; ".join(problems))
+    # a damaged or inconsistent record is the user's error (one line, exit 2), not a compile_error result
+    pipe.linked()
+    if config.specialize:
+        pipe.arg_values()
     # --track logs the .ll too; deciding it here lets the artifact step below hit the compile cache
     keep_ll = bool(args.output_ll or args.track)
     if args.compile_only:
@@ -175,12 +224,12 @@ def run(args: argparse.Namespace) -> int:
         ck = pipe.compile(config, keep_ll=keep_ll)
         for path, data in ((args.output_ll, ck.ll), (args.output_ptx, ck.ptx)):
             if path and data is not None:
-                with open(path, "w") as f:
-                    f.write(data)
+                write_output(path, data.encode())
         if args.output_cubin:
-            with open(args.output_cubin, "wb") as f:
-                f.write(ck.cubin.cubin)
-    print(summary(pipe, config, result))
+            write_output(args.output_cubin, ck.cubin.cubin)
+    # `--json -` keeps stdout JSON only: the human summary goes to stderr then
+    human = sys.stderr if args.json == "-" else sys.stdout
+    print(summary(pipe, config, result), file=human)
     if args.json:
         doc = {"config": config.to_dict(), "settings": settings.to_dict(), "result": result.to_dict(),
                "record_db": os.path.abspath(args.record_db), "record_id": pipe.record_id}
@@ -188,13 +237,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json == "-":
             print(text)
         else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+            write_output(args.json, (text + "\n").encode())
     if args.track:
         from mneme.track import log_replay
 
         run_id = log_replay(pipe, config, settings, result, ck)
-        print(f"tracked    MLflow run {run_id}")
+        print(f"tracked    MLflow run {run_id}", file=human)
     if not pipe.usable:
         # The context holds a hung or faulted kernel; tearing it down could block. Leave now.
         sys.stdout.flush()

@@ -22,8 +22,10 @@ from typing import Any, Dict, Optional
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
 from mneme.errors import CompileError, ConfigurationError, DeviceError, MnemeError, PipelineError, RecordError
 from mneme.ir import CompileCache, CompiledKernel, compile_kernel, kernel_params, static_hash as ir_static_hash
+from mneme.record import integrity
 from mneme.record.db import RecordedExecution
-from mneme.record.memstate import verification_plan, written_state
+from mneme.record.memstate import written_state
+from mneme.replay.verify import Verifier
 from mneme.snapshot import Snapshot
 
 #: status of a result that was compiled but never meant to run (compile-only experiments)
@@ -103,9 +105,9 @@ class ReplayPipeline:
         self._state = None
         self._prologue: Optional[Snapshot] = None
         self._expected: Optional[Snapshot] = None
-        self._plan = None
         self._written = None
         self._modules: Dict[str, Any] = {}
+        self.verifier = None
 
     # -- the IR half ----------------------------------------------------------------------------
     @property
@@ -132,8 +134,15 @@ class ReplayPipeline:
         if self._linked is None:
             t0 = time.perf_counter()
             self._linked = self.record.link_llvm_modules(prune=True, internalize=True)
-            # The DB's static hash is the kernel's identity; the code hash extends it.
-            self._static_hash = self.record.static_hash or ir_static_hash(self._linked, self.kernel_name)
+            # The code hash (the compile cache's key) extends the static hash of the IR actually compiled, never
+            # the DB's word for it: IR that differs from what was recorded must not be served recorded code.
+            self._static_hash = ir_static_hash(self._linked, self.kernel_name)
+            if self.record.static_hash != self._static_hash and len(self.record.static_hash) == 64:
+                raise RecordError(
+                    f"{self.record_db}: its IR module(s) {', '.join(self.record.llvm_files)} hash to static hash "
+                    f"{self._static_hash[:16]}..., the DB records {self.record.static_hash[:16]}...: the IR was "
+                    "changed after recording or belongs to another kernel; restore it or record again"
+                )
             self.link_time = time.perf_counter() - t0
         return self._linked
 
@@ -144,7 +153,9 @@ class ReplayPipeline:
             values: Dict[int, bytes] = {}
             if allowed:
                 params = kernel_params(self.linked(), self.kernel_name)
-                with Snapshot.read(self.instance.prologue_fn) as pro:
+                with Snapshot.read(self.instance.checked_prologue()) as pro:
+                    # the values baked into the code must be this instance's: check the file is its prologue
+                    integrity.check_prologue(self.instance, pro, self.record_db, self.instance_attributes)
                     args = pro.args
                     for p in params:
                         if p.index in allowed and p.specializable and p.index < len(args):
@@ -210,13 +221,14 @@ class ReplayPipeline:
             )
         try:
             self._arena = Arena(self.device, self.record.vaddr, self.record.va_size)
-            self._prologue = Snapshot.read(self.instance.prologue_fn)
-            self._expected = Snapshot.read(self.instance.epilogue_fn)
+            self._prologue = Snapshot.read(self.instance.checked_prologue())
+            self._expected = Snapshot.read(self.instance.checked_epilogue())
+            integrity.check_snapshot_kinds(self._prologue, self._expected, self.record_db)
+            integrity.check_prologue(self.instance, self._prologue, self.record_db, self.instance_attributes)
             if not self._expected.is_full:
                 self._expected.apply(self._prologue)
             self._state = ReplayState(self.device, self._prologue)
-            s = self.settings
-            self._plan = verification_plan(self._expected, s.atol, s.rtol, s.tol_type)
+            self.verifier = Verifier(self)
             blobs, variables = written_state(self._expected, self._prologue)
             self._written = list(blobs) + [
                 (v.addr + off, n) for v in self._prologue.variables for off, n in variables.get(v.name, [])
@@ -279,6 +291,7 @@ class ReplayPipeline:
         mod = None
         try:
             self.check_config(config)
+            self.verifier.prepare()  # calibration (settings.verify_runs) runs before the trial's launch
             mod = self._module(ck)
             fn = mod.get_function(self.kernel_name)
             if self.instance_attributes.get("Cooperative"):
@@ -291,11 +304,13 @@ class ReplayPipeline:
             self._state.reset_written(None, mod)
             fn.launch(config.grid, config.block, config.shared_mem, args)
             r.executed = True
-            report = self._state.verify(self._expected, self._plan, mod)
-            r.verified = bool(report.equal)
+            verdict = self.verifier.judge(mod)
+            r.verified = bool(verdict.passed)
+            r.max_abs_err, r.max_rel_err = verdict.max_abs_err, verdict.max_rel_err
+            r.verification = str(verdict)[:4000]
             if not r.verified:
                 r.status = "failed_verification"
-                r.error = str(report)[:2000]
+                r.error = r.verification
                 self._state.reset_all(mod)
             else:
                 r.exec_time = fn.profile(

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
 from mneme.errors import ConfigurationError, MnemeError
 from mneme.track import schema, session
+from mneme.track.naming import run_name
 from mneme.track.records import kernel_artifacts
 
 #: job number -> (future of the executor, compile cache directory), set by the executor launcher
@@ -174,7 +175,7 @@ def run(cfg: Any) -> Dict[str, Any]:
     sweep = sess.sweep()
     role = cfg.tracking.role
     trial = cfg.tracking.trial if cfg.tracking.trial is not None else num
-    name = "baseline" if role == "baseline" else f"{role}-{trial}"
+    name = run_name(tgt.kernel, config, tgt.baseline, trial, role) if sweep else ""
     ready = _prepared.get(num)
     # a job that evaluates here shows as RUNNING meanwhile (and ends KILLED if interrupted)
     key = sweep.start_trial(name, tags={"mneme.trial": trial, "mneme.role": role}) if sweep and not ready else None
@@ -194,13 +195,24 @@ def run(cfg: Any) -> Dict[str, Any]:
         config_yaml=OmegaConf.to_yaml(cfg), tags={"mneme.mode": cfg.mode},
     )
     if sweep is not None:
-        sweep.trial(trial, key=key, role=role, name=name, **common)
+        sweep.trial(trial, key=key, role=role, name=name, params={"space": _space_name(cfg)}, **common)
     elif sess.enabled:
         sess.tracker.log_experiment({**common, "name": f"{cfg.name} {tgt.kernel}", "role": cfg.name},
                                     parent=sess.parent_run_id)
     line = summary_line(tgt, config, result)
     print(line, file=sys.stderr if multirun else sys.stdout, flush=True)
     return {"status": result.status, "result": result.to_dict(), "config": config.to_dict()}
+
+
+def _space_name(cfg: Any) -> str:
+    """The search space's name when an Optuna sweep chose the configuration, else ''."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        choices = HydraConfig.get().runtime.choices
+        return str(choices.get("search_space") or "") if "mneme_optuna" in str(choices.get("hydra/sweeper", "")) else ""
+    except (ImportError, ValueError):
+        return ""
 
 
 def summary_line(tgt: Target, config: ExperimentConfiguration, result: ExperimentResult) -> str:

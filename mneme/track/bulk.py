@@ -66,23 +66,48 @@ class CommitLock(FileLock):
 
     SQLite's own busy handler sleeps 1, 2, 5 ... 100 ms between looks at a held lock, so a writer that
     finds it taken idles long after it is free; the kernel wakes a flock waiter at once. The lock file is
-    in the temporary directory, named by the database's path, so none is left beside the user's store.
+    in the temporary directory, named by the database's path, so none is left beside the user's store; it is
+    removed when unused (mneme.tmpfiles: at exit, or by the next run after a killed writer), and every acquire
+    checks that the path still names the file it locked, opening it again when another process removed it.
     """
 
     def __init__(self, database: str):
+        import atexit
         import tempfile
 
+        from mneme import tmpfiles
+
         digest = hashlib.blake2b(os.path.realpath(database).encode(), digest_size=12).hexdigest()
+        tmpfiles.reap()
         super().__init__(os.path.join(tempfile.gettempdir(), f"mneme-sqlite-{digest}.lock"))
         self._file()  # an unusable $TMPDIR shows here, where the caller falls back to MlflowClient's path
+        atexit.register(self.close)
         #: seconds spent waiting for the other writers
         self.waited = 0.0
 
     def acquire(self) -> bool:
+        from mneme.tmpfiles import same_file
+
         t = time.perf_counter()
-        super().acquire()
+        while True:
+            super().acquire()
+            if same_file(self._file(), self.path):
+                break
+            super().release()  # removed by a process that found it unused: lock the file now at the path
+            super().close()
         self.waited += time.perf_counter() - t
         return True
+
+    def close(self) -> None:
+        """Remove the lock file if no process holds it, and close it."""
+        from mneme.tmpfiles import remove_if_unlocked
+
+        if self._fd is not None and self._pid == os.getpid() and self._threads.acquire(blocking=False):
+            try:
+                remove_if_unlocked(self.path, self._fd)
+            finally:
+                self._threads.release()
+        super().close()
 
 
 class NotBulk(Exception):
@@ -100,6 +125,8 @@ class PreparedRun:
     metrics: List[Dict[str, Any]] = field(default_factory=list)
     latest: List[Dict[str, Any]] = field(default_factory=list)
     files: Dict[str, bytes] = field(default_factory=dict)
+    #: when the run's work ended (epoch ms), None: at insert time
+    end_ms: Optional[int] = None
 
 
 def _plain_name(name: Any) -> bool:
@@ -190,11 +217,12 @@ class BulkRuns:
         tags["mlflow.runName"] = record.name
         run = dict(
             run_uuid=run_id, name=record.name, source_type=self._source_type, source_name="", entry_point_name="",
-            user_id=tags.get("mlflow.user", "unknown"), status=record.status, start_time=now, end_time=None,
+            user_id=tags.get("mlflow.user", "unknown"), status=record.status, start_time=record.start_ms or now,
+            end_time=None,
             deleted_time=None, source_version="", lifecycle_stage=self._active,
             artifact_uri=self._append(self.artifact_location, run_id, "artifacts"), experiment_id=int(self.experiment_id),
         )
-        out = PreparedRun(run_id, run, files=files)
+        out = PreparedRun(run_id, run, files=files, end_ms=record.end_ms)
         out.tags = [{"key": k, "value": v, "run_uuid": run_id} for k, v in tags.items()]
         for k, v in record.params.items():
             v = str(v)  # MlflowClient.log_batch stringifies param values
@@ -241,7 +269,7 @@ class BulkRuns:
     def _insert(self, runs: List[PreparedRun]) -> None:
         end = int(time.time() * 1000)
         for r in runs:
-            r.run["end_time"] = max(end, r.run["start_time"])
+            r.run["end_time"] = max(r.end_ms or end, r.run["start_time"])  # the trial's own duration when known
         rows = [[r.run for r in runs], [t for r in runs for t in r.tags], [p for r in runs for p in r.params],
                 [m for r in runs for m in r.metrics], [m for r in runs for m in r.latest]]
         with self.sessions(read_only=False) as session:

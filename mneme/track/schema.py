@@ -220,12 +220,19 @@ def tune_options(cfg: Any, **extra: Any):
         trials=int(study.trials), devices=None if devices is None else [int(d) for d in devices],
         compile_jobs=ex.compile_jobs, storage=study.storage, study=study.name, metric=study.metric,
         objective=study.objective, iterations=m.iterations, warmup=m.warmup, timeout=m.timeout, l2_flush=m.l2_flush,
-        atol=m.atol, rtol=m.rtol, tol_type=m.tol_type, arch=m.arch, seed=cfg.sampler.seed, resume=bool(study.resume),
+        atol=m.atol, rtol=m.rtol, tol_type=m.tol_type, verification=verification_fields(m), arch=m.arch, seed=cfg.sampler.seed, resume=bool(study.resume),
         launch_safety=space.launch_safety, passes=list(_plain(space.passes) or []), pipeline_file=space.pipeline_file,
         space_module=space.module, space_args=dict(_plain(space.args) or {}), track=bool(cfg.tracking.enabled),
         compile_timeout=float(ex.compile_timeout), run_timeout=ex.run_timeout, cache_dir=ex.cache_dir,
         backend=ex.backend, **extra,
     )
+
+
+def verification_fields(m: MeasurementSettings) -> Dict[str, Any]:
+    """The verification fields of the measurement settings (mneme.replay.cli.VERIFY_FLAGS names them)."""
+    from mneme.replay.cli import VERIFY_FLAGS
+
+    return {name: getattr(m, name) for _, name, _, _ in VERIFY_FLAGS}
 
 
 def explain_overrides(overrides: List[str]) -> List[str]:

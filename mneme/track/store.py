@@ -45,14 +45,29 @@ def local_path(uri: str) -> Optional[Path]:
     return None
 
 
-def check_store(uri: str, timeout: float = 5.0) -> None:
+#: MLflow's HTTP client: per-request timeout and retries (its defaults, 120 s and 7 retries with backoff, make an
+#: unreachable or stalled server look like a hang of many minutes); the user's own settings win
+HTTP_ENV = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+            "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+
+
+def bounded_http() -> None:
+    """Give MLflow's HTTP client short timeouts and few retries (set before the first request; inherited by
+    writer processes)."""
+    for k, v in HTTP_ENV.items():
+        os.environ.setdefault(k, v)
+
+
+def check_store(uri: str, timeout: float = 5.0, write: bool = True) -> None:
     """Refuse a store that cannot work, naming the setting to change.
 
-    Servers are probed at /health with a short timeout (MLflow's client would retry for minutes);
-    local stores need a writable directory. Databases (postgresql://...) are checked by the writer
-    when it connects.
+    Servers are probed at /health with a short timeout (MLflow's client would retry for minutes), and
+    MLflow's own requests get bounded timeouts (`bounded_http`); local stores need a writable directory
+    (`write=False`: only that they exist). Databases (postgresql://...) are checked by the writer when it
+    connects.
     """
     if uri.startswith(("http://", "https://")):
+        bounded_http()
         url = uri.rstrip("/") + "/health"
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -67,6 +82,13 @@ def check_store(uri: str, timeout: float = 5.0) -> None:
         return
     path = local_path(uri)
     if path is None:
+        return
+    if not write:
+        if not path.exists():
+            raise ConfigurationError(f"MLflow store {uri}: {path} does not exist; set --tracking-uri or "
+                                     "MLFLOW_TRACKING_URI to the store the runs were logged to")
+        if uri.startswith("sqlite:") and path.is_file() and path.stat().st_size > 0:
+            _check_sqlite_file(uri, path)
         return
     directory = path.parent if uri.startswith("sqlite:") else path if path.is_dir() else path.parent
     if not directory.is_dir():

@@ -12,6 +12,7 @@ import sys
 from typing import List, Optional
 
 from mneme.errors import ConfigurationError
+from mneme.replay.cli import add_verify_arguments, verify_settings
 from mneme.tune.launch import LAUNCH_SAFETY
 from mneme.tune.options import EXIT_CODES, EXIT_OK, METRICS, OBJECTIVES, TuneOptions
 from mneme.tune.presets import PRESET_HELP, PRESETS
@@ -76,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--atol", type=float, default=None, help="absolute tolerance for verification")
     a("--rtol", type=float, default=None, help="relative tolerance for verification")
     a("--tol-type", default="f32", help="element type the tolerances apply to (default f32)")
+    add_verify_arguments(parser)
     a("--arch", default=None, help="target arch, e.g. sm_90 (default: the recorded one)")
     a("--seed", type=int, default=None, help="sampler seed")
     a("--launch-safety", default="balanced", type=_choice("launch safety", list(LAUNCH_SAFETY)),
@@ -110,6 +112,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         devices=args.devices, compile_jobs=args.compile_jobs, storage=args.storage, study=args.study,
         metric=args.metric, objective=args.objective, iterations=args.iterations, warmup=args.warmup,
         timeout=args.timeout, l2_flush=args.l2_flush, atol=args.atol, rtol=args.rtol, tol_type=args.tol_type,
+        verification=verify_settings(args),
         arch=args.arch, seed=args.seed, resume=args.resume, baseline_only=args.baseline_only,
         launch_safety=args.launch_safety, passes=list(args.passes), pipeline_file=args.pipeline_file,
         space_module=args.space_module, space_args=parse_space_args(args.space_arg), output=args.output,

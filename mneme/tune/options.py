@@ -53,6 +53,8 @@ class TuneOptions:
     atol: Optional[float] = None
     rtol: Optional[float] = None
     tol_type: str = "f32"
+    #: the verification fields of MeasurementSettings (verify_runs, verify_margin, float_rtol; docs/VERIFY.md)
+    verification: Dict[str, Any] = field(default_factory=dict)
     arch: Optional[str] = None
     seed: Optional[int] = None
     resume: bool = False
@@ -78,7 +80,7 @@ class TuneOptions:
     def settings(self) -> MeasurementSettings:
         return MeasurementSettings(
             iterations=self.iterations, warmup=self.warmup, l2_flush=self.l2_flush, atol=self.atol, rtol=self.rtol,
-            tol_type=self.tol_type, arch=self.arch, timeout=self.timeout,
+            tol_type=self.tol_type, arch=self.arch, timeout=self.timeout, **self.verification,
         )
 
     @property

@@ -8,6 +8,7 @@
     best.json/.yaml the best configuration, its result, speedup and spread
     best.sh         the `mneme replay` command line that reproduces it
     best.md         what to change in the app's build to get it
+    wisdom.yaml     the best configuration as a wisdom file, for `mneme apply` (docs/APPLY.md)
     summary.json/.txt  counts per status, baseline, best
 """
 
@@ -427,7 +428,7 @@ def write_results(study, out_dir: str) -> Dict[str, Any]:
 
     summary = summarize(rep)
     best = rep.best()
-    for stale in ("best.json", "best.yaml", "best.sh", "best.md"):
+    for stale in ("best.json", "best.yaml", "best.sh", "best.md", "wisdom.yaml"):
         (out / stale).unlink(missing_ok=True)
     if best is not None and best.config is not None:
         opts = rep.options
@@ -456,6 +457,7 @@ def write_results(study, out_dir: str) -> Dict[str, Any]:
         p.write_text(head + "\n\nTo get it in the application:\n\n" + "".join(f"- {c}\n" for c in changes)
                      + f"\nReplay it:\n\n    {cmd}\n")
         files.append(p)
+        files.append(_write_wisdom(out))
         summary["best"]["replay_command"] = cmd
         summary["best"]["build_changes"] = changes
     text = summary_text(summary)
@@ -466,3 +468,10 @@ def write_results(study, out_dir: str) -> Dict[str, Any]:
     dump("summary.json", summary)
     summary["text"] = text
     return summary
+
+
+def _write_wisdom(out: Path) -> Path:
+    """wisdom.yaml from config.json and best.json (the schema lives with `mneme apply`; it imports only config)."""
+    from mneme.apply.wisdom import WISDOM_NAME, from_tune_results, write_wisdom
+
+    return write_wisdom(from_tune_results(out), out / WISDOM_NAME)

@@ -287,7 +287,10 @@ class TrialSession:
             except (RuntimeError, ValueError):
                 continue  # finished meanwhile
             self.study.enqueue_trial(dict(t.params))
-            print(f"mneme tune: trial {t.number} was abandoned by its process; queued again", file=sys.stderr)
+            owner = st.claim(t).get("owner", "?")
+            why = ("its process (pid " + owner.split(":")[1] + " on this host) is no longer running"
+                   if st.owner_alive_here(owner) is False else f"its process {owner} stopped heartbeating")
+            print(f"mneme tune: trial {t.number} was abandoned ({why}); queued again", file=sys.stderr)
 
     def abandon(self) -> None:
         """Close this process's unanswered trials and queue them again, so a resume redoes them at once."""

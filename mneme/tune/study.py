@@ -141,6 +141,35 @@ def _page_cache_journal():
     return PageCacheJournal
 
 
+def _writable_file(path: str, what: str) -> None:
+    """Fail at once, naming the file, when a storage file or its directory cannot be written (SQLite would
+    retry for minutes; a journal would fail with a traceback on its first write)."""
+    import tempfile
+
+    p = Path(path)
+    made = [d for d in p.parents if not d.exists()]  # innermost first
+    existed = p.exists()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "ab"):
+            pass
+        with tempfile.TemporaryFile(dir=p.parent, prefix=".mneme-probe-") as f:
+            f.write(b"\0" * 4096)  # SQLite's WAL and the journal's lock file live beside it; a full disk shows here
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        if not existed and p.exists():
+            p.unlink()
+        for d in made:  # leave the place as it was
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise ConfigurationError(
+            f"{what} {path} cannot be written ({e.strerror or e}); choose a writable place with --storage or -o"
+        ) from None
+
+
 def open_storage(url: str):
     """An Optuna storage object for a URL from `storage_url`."""
     optuna = _optuna()
@@ -148,17 +177,19 @@ def open_storage(url: str):
         from optuna.storages.journal import JournalStorage
 
         path = url[len("journal:"):]
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _writable_file(path, "study journal")
         return JournalStorage(_page_cache_journal()(path))
     kwargs: Dict[str, Any] = {}
     url = with_available_driver(url)
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _writable_file(path, "study database")
             kwargs["creator"] = _sqlite_creator(path)
     else:
         kwargs["pool_pre_ping"] = True
+        if url.startswith("postgres"):
+            kwargs["connect_args"] = {"connect_timeout": 10}  # an unreachable server: one line within 10 s
     for attempt in range(6):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
@@ -198,7 +229,15 @@ def fingerprint_of(obj: Any) -> str:
 def open_study(storage, name: str, directions: Sequence[str], sampler, fingerprints: Dict[str, str], resume: bool):
     """Create the study, or load it when resuming; refuse a resume whose record, space or objective changed."""
     optuna = _optuna()
-    exists = name in [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    exists = name in names
+    if resume and not exists:
+        # --resume also means "join or start" for processes that share a study: say it, so a typo shows
+        import sys
+
+        print(f"mneme tune: --resume: there is no study {name!r} in this storage yet "
+              f"({'it holds ' + ', '.join(map(repr, names)) if names else 'it holds no study'}); starting it",
+              file=sys.stderr)
     if exists and not resume:
         raise ConfigurationError(
             f"study {name!r} already exists in this storage; pass --resume to continue it, or --study to name a new one"
@@ -300,7 +339,8 @@ class Ledger:
         return t if t is not None and t.number < number else None
 
     def stale(self, heartbeats: Dict[str, float], me: str, stale_after: float, now: Optional[float] = None) -> List[Any]:
-        """Running trials whose process stopped heartbeating (never this process's own)."""
+        """Running trials whose process is gone (never this process's own): at once when the owner ran on this
+        host and its pid is no longer alive; by heartbeat (`stale_after` seconds) for owners on other hosts."""
         now = time.time() if now is None else now
         out = []
         for t in self.running:
@@ -309,6 +349,11 @@ class Ledger:
             owner = claim(t).get("owner")
             if owner == me:
                 continue
+            local = owner_alive_here(owner) if owner else None
+            if local is not None:
+                if not local:
+                    out.append(t)
+                continue
             seen = heartbeats.get(owner) if owner else None
             if seen is None:
                 start = t.datetime_start.timestamp() if t.datetime_start else now
@@ -316,6 +361,17 @@ class Ledger:
             if now - seen > stale_after:
                 out.append(t)
         return out
+
+
+def owner_alive_here(owner: str) -> Optional[bool]:
+    """For an owner `host:pid:tag` (new_owner) on this host: whether its process still runs (a zombie does
+    not); None for an owner on another host, whose liveness only its heartbeat tells."""
+    parts = str(owner).split(":")
+    if len(parts) < 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return None
+    from mneme.tmpfiles import pid_alive
+
+    return pid_alive(int(parts[1]))
 
 
 def heartbeats(study) -> Dict[str, float]:

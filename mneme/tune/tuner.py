@@ -174,6 +174,8 @@ class Tuner:
                                             fingerprints, o.resume)
         if not resumed:
             self._describe_study(fingerprints)
+        else:  # the summary names the options of the latest run (sampler, trials, ...), not the first run's
+            self.study.set_user_attr(st.A_OPTIONS, self._options_attr())
         self.space.banned.update(self.study.user_attrs.get(st.A_BANNED) or [])
         if hasattr(self.space, "banned_code"):
             self.space.banned_code.update(self.study.user_attrs.get(A_BANNED_CODE) or [])
@@ -258,13 +260,16 @@ class Tuner:
             summary["timing"] = timing
         return TuneOutcome(code, summary, self.out_dir, message)
 
+    def _options_attr(self) -> Dict[str, Any]:
+        return {**self.o.to_dict(), "record_db": str(Path(self.o.record_db).resolve()),
+                "storage": st.redacted(self.o.storage) if self.o.storage else None}
+
     def _describe_study(self, fingerprints: Dict[str, str]) -> None:
         rec = self.record
         spec_args = [rec.arg_names[i] for i in self.instance.available_specializations if i < len(rec.arg_names)]
         attrs = {
             st.A_FINGERPRINTS: fingerprints,
-            st.A_OPTIONS: {**self.o.to_dict(), "record_db": str(Path(self.o.record_db).resolve()),
-                           "storage": st.redacted(self.o.storage) if self.o.storage else None},
+            st.A_OPTIONS: self._options_attr(),
             st.A_RECORD: {"kernel": rec.kernel_name, "demangled": rec.demangled_name, "static_hash": rec.static_hash,
                           "dynamic_hash": self.instance.dynamic_hash, "specializable_args": spec_args},
             st.A_SPACE: self.space.describe(),

@@ -170,5 +170,31 @@ __device__ __forceinline__ void __nv_atomic_thread_fence(int order, int scope = 
 #undef MNEME_SCOPE
 #endif /* !__has_builtin(__nv_atomic_load_n) */
 
+/* Host-side min/max. CUDA's crt/math_functions.hpp declares these overloads __host__ __device__ for
+ * nvcc, so host code calls max(float, float) or min(int, unsigned); clang reads that header as
+ * device-only. The same overloads (same return types) for the host side: */
+#define MNEME_HOST_MINMAX(R, A, B, MIN, MAX)                                                        \
+  static inline __host__ R min(A a, B b) { return MIN; }                                           \
+  static inline __host__ R max(A a, B b) { return MAX; }
+#define MNEME_HOST_MINMAX_INT(R, A, B) MNEME_HOST_MINMAX(R, A, B, (R)a < (R)b ? (R)a : (R)b, (R)a > (R)b ? (R)a : (R)b)
+MNEME_HOST_MINMAX_INT(int, int, int)
+MNEME_HOST_MINMAX_INT(unsigned int, unsigned int, unsigned int)
+MNEME_HOST_MINMAX_INT(unsigned int, int, unsigned int)
+MNEME_HOST_MINMAX_INT(unsigned int, unsigned int, int)
+MNEME_HOST_MINMAX_INT(long int, long int, long int)
+MNEME_HOST_MINMAX_INT(unsigned long int, unsigned long int, unsigned long int)
+MNEME_HOST_MINMAX_INT(unsigned long int, long int, unsigned long int)
+MNEME_HOST_MINMAX_INT(unsigned long int, unsigned long int, long int)
+MNEME_HOST_MINMAX_INT(long long int, long long int, long long int)
+MNEME_HOST_MINMAX_INT(unsigned long long int, unsigned long long int, unsigned long long int)
+MNEME_HOST_MINMAX_INT(unsigned long long int, long long int, unsigned long long int)
+MNEME_HOST_MINMAX_INT(unsigned long long int, unsigned long long int, long long int)
+MNEME_HOST_MINMAX(float, float, float, __builtin_fminf(a, b), __builtin_fmaxf(a, b))
+MNEME_HOST_MINMAX(double, double, double, __builtin_fmin(a, b), __builtin_fmax(a, b))
+MNEME_HOST_MINMAX(double, float, double, __builtin_fmin(a, b), __builtin_fmax(a, b))
+MNEME_HOST_MINMAX(double, double, float, __builtin_fmin(a, b), __builtin_fmax(a, b))
+#undef MNEME_HOST_MINMAX_INT
+#undef MNEME_HOST_MINMAX
+
 #endif /* C++ CUDA under clang */
 #endif /* MNEME_NVCC_COMPAT_H */

@@ -1,0 +1,427 @@
+"""The stages on the GPU machine, one app at a time from the pack's manifest (build.pack):
+
+- plain:  the app as built, success check, wall time;
+- record: a plain run and then `mneme record` side by side (record_overhead = recorded / plain wall),
+          success check on both, the record DBs read back (kernels, IR, replayable or why not);
+- replay: `mneme replay --json` of at most N instances per recorded kernel, each in its own process;
+- tune:   `mneme tune --json` of the heaviest replayable kernel(s) (trials, verified fraction, best speedup);
+- ncu:    Nsight Compute's gpu__time_duration.sum of the app's own launches (the in-app referee).
+
+Record DBs stay under the work folder (.corpus/work/<app>/rdb), which a warm GPU machine keeps between
+calls; replay and tune record the app first when they find none there (and say so).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from bench.corpus import stage
+from bench.corpus.apps import App, ROOT
+
+WORK = ROOT / ".corpus" / "work"
+EXIT_WAIVED = 2
+MIN_TIMED_NS = 20_000
+NCU_METRIC = "gpu__time_duration.sum"
+
+
+def mneme(*args: str) -> List[str]:
+    return [sys.executable, "-m", "mneme.cli", *args]
+
+
+def shape(d: Any) -> str:
+    """dim3 / dict / ncu's '(4, 1, 1)' -> '4x1x1'."""
+    if isinstance(d, dict):
+        return f"{d.get('x', 1)}x{d.get('y', 1)}x{d.get('z', 1)}"
+    if isinstance(d, str):
+        nums = re.findall(r"\d+", d)
+        return "x".join(nums) if nums else d
+    return f"{getattr(d, 'x', 1)}x{getattr(d, 'y', 1)}x{getattr(d, 'z', 1)}"
+
+
+def median(values: Sequence[float]) -> Optional[float]:
+    vals = [float(v) for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+class Ctx:
+    """Where a GPU stage runs: the pack's apps, the work folder, the time limits."""
+
+    def __init__(self, manifest: Dict[str, Any], pack_dir: Path, work: Path = WORK, app_timeout: float = 300.0,
+                 max_recordings: int = 3, retime: Optional[int] = None):
+        self.manifest = manifest
+        self.pack_dir = Path(pack_dir)
+        self.work = Path(work)
+        self.app_timeout = app_timeout
+        self.max_recordings = max_recordings
+        self.retime = retime
+        self.entries = {e["name"]: e for e in manifest["apps"]}
+
+    def exe(self, app: App) -> Path:
+        exe = (self.pack_dir / self.entries[app.name]["exe"]).resolve()
+        if not exe.is_file():
+            raise FileNotFoundError(f"{exe}: not in the pack; carry .corpus/pack made by `corpus.sh pack --apps {app.name}`")
+        if not os.access(exe, os.X_OK):  # a copy that lost its mode bits
+            exe.chmod(exe.stat().st_mode | 0o755)
+        return exe
+
+    def run_dir(self, app: App, what: str) -> Path:
+        d = self.work / app.name / what
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        return d
+
+    def rdb(self, app: App) -> Path:
+        return self.work / app.name / "rdb"
+
+
+def _cut(p: stage.Proc, limit: float, wanted: float) -> bool:
+    """True when the process was stopped by the stage's budget rather than by its own limit."""
+    return p.timed_out and limit < wanted
+
+
+def outcome(app: App, p: stage.Proc) -> Dict[str, Any]:
+    ok = app.success_ok(p.returncode, p.output) and not p.timed_out
+    why = None
+    if not ok:
+        if p.timed_out:
+            why = f"timed out after {p.seconds:.0f} s"
+        elif p.returncode == EXIT_WAIVED:
+            why = f"exit 2 (waived by a cuda-sample when the GPU lacks a feature): {last_line(p.output)}"
+        elif p.returncode != 0:
+            why = f"exit {p.returncode}: {last_line(p.output)}"
+        else:
+            why = f"success pattern {app.success!r} not in the output"
+    return {"ok": ok, "rc": p.returncode, "wall_s": round(p.seconds, 3), "why": why}
+
+
+def last_line(text: str) -> str:
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+# ---- plain ---------------------------------------------------------------------------------------
+
+def plain_app(app: App, budget: stage.Budget, ctx: Ctx) -> Dict[str, Any]:
+    limit = budget.cap(ctx.app_timeout)
+    p = stage.run([str(ctx.exe(app)), *app.argv], timeout=limit, cwd=ctx.run_dir(app, "plain"))
+    if _cut(p, limit, ctx.app_timeout):
+        return {"budget_cut": True}
+    o = outcome(app, p)
+    row = {"app_ok_plain": o["ok"], "plain_rc": o["rc"], "plain_s": o["wall_s"], "plain_error": o["why"]}
+    if not o["ok"]:
+        row["plain_log"] = stage.tail(p.output)
+    return row
+
+
+# ---- record --------------------------------------------------------------------------------------
+
+def record_argv(ctx: Ctx, app: App, rdb: Path) -> List[str]:
+    argv = mneme("record", "-rdb", str(rdb), "--quiet", "--max-recordings", str(ctx.max_recordings))
+    if ctx.retime is not None:
+        argv += ["--retime", str(ctx.retime)]
+    return argv + ["--", str(ctx.exe(app)), *app.argv]
+
+
+_NO_IR = re.compile(r"mneme record: no IR for \d+ kernel\(s\)[^:]*: (.*)")
+
+
+def kernels_without_ir(output: str) -> List[str]:
+    """The kernels `mneme record` names as carrying no IR."""
+    names: List[str] = []
+    for m in _NO_IR.finditer(output):
+        depth, cur = 0, ""
+        for ch in m.group(1) + ",":
+            if ch in "(<[":
+                depth += 1
+            elif ch in ")>]":
+                depth -= 1
+            if ch == "," and depth == 0:
+                names += [cur.strip()] if cur.strip() else []
+                cur = ""
+            else:
+                cur += ch
+    return names
+
+
+def read_dbs(rdb: Path) -> List[Dict[str, Any]]:
+    """Every record DB under rdb as one kernel row (mneme's own reader, so the format has one owner)."""
+    from mneme.record.db import RecordedExecution, find_dbs
+
+    rows = []
+    if not rdb.is_dir():
+        return rows
+    for db in find_dbs(str(rdb)):
+        rec = RecordedExecution.from_json(db, check_files=False)
+        insts = []
+        for rid, inst in rec.items():
+            insts.append({"id": rid, "grid": shape(inst.grid_dim), "block": shape(inst.block_dim),
+                          "shared_mem": inst.shared_mem, "occurrences": inst.occ,
+                          "in_app_ns": inst.in_app_time_ns})
+        insts.sort(key=lambda i: -(i["in_app_ns"] or 0))
+        total = sum((i["in_app_ns"] or 0) * max(1, i["occurrences"] or 1) for i in insts)
+        rows.append({"name": rec.kernel_name, "demangled": rec.demangled_name, "static_hash": rec.static_hash,
+                     "db": str(Path(db).relative_to(rdb)), "has_ir": bool(rec.llvm_files),
+                     "replayable": bool(rec.replayable and rec.llvm_files),
+                     "not_replayable_reason": rec.not_replayable_reason or (None if rec.llvm_files else "no IR"),
+                     "launches": rec.extra.get("Launches"), "complete": rec.complete,
+                     "instances_recorded": len(insts), "total_in_app_ns": total,
+                     "in_app_ns": median([i["in_app_ns"] for i in insts]), "instances": insts})
+    rows.sort(key=lambda k: -(k["total_in_app_ns"] or 0))
+    return rows
+
+
+def record_app(app: App, budget: stage.Budget, ctx: Ctx, with_plain: bool = True) -> Dict[str, Any]:
+    row: Dict[str, Any] = {}
+    if with_plain:
+        row = plain_app(app, budget, ctx)
+        if row.get("budget_cut"):
+            return row
+    rdb = ctx.rdb(app)
+    shutil.rmtree(rdb, ignore_errors=True)
+    (ctx.work / app.name / "replay.json").unlink(missing_ok=True)  # it described the previous recording
+    limit = budget.cap(ctx.app_timeout * 4)
+    p = stage.run(record_argv(ctx, app, rdb), timeout=limit, cwd=ctx.run_dir(app, "record"))
+    if _cut(p, limit, ctx.app_timeout * 4):
+        return {"budget_cut": True}
+    o = outcome(app, p)
+    try:
+        kernels = read_dbs(rdb)
+        db_error = None
+    except Exception as e:  # noqa: BLE001 - the run's outcome stands without its DBs
+        kernels, db_error = [], f"{type(e).__name__}: {e}"
+    no_ir = kernels_without_ir(p.output)
+    row.update({"app_ok_recorded": o["ok"], "record_rc": o["rc"], "record_s": o["wall_s"], "record_error": o["why"],
+                "recorded": any(k["has_ir"] for k in kernels), "kernels_no_ir": no_ir, "kernels": kernels,
+                "record_db_error": db_error, "max_recordings": ctx.max_recordings})
+    if row.get("plain_s"):
+        row["record_overhead"] = round(o["wall_s"] / row["plain_s"], 3)
+        row["record_added_s"] = round(o["wall_s"] - row["plain_s"], 3)
+    if not o["ok"] or not kernels:
+        row["record_log"] = stage.tail(p.output, 2000)
+    return row
+
+
+def ensure_recorded(app: App, budget: stage.Budget, ctx: Ctx) -> Tuple[List[Dict[str, Any]], Optional[Dict[str, Any]]]:
+    """The app's kernels from the DBs in the work folder, recording it first when there are none."""
+    kernels = read_dbs(ctx.rdb(app))
+    if kernels:
+        return kernels, None
+    rec = record_app(app, budget, ctx, with_plain=False)
+    if rec.get("budget_cut"):
+        return [], rec
+    return rec.get("kernels", []), rec
+
+
+# ---- replay --------------------------------------------------------------------------------------
+
+def replay_argv(db: Path, rid: str, out_json: Path, iterations: int = 10) -> List[str]:
+    return mneme("replay", "-rdb", str(db), "-rid", rid, "--iterations", str(iterations), "--json", str(out_json))
+
+
+def parse_replay(doc: Dict[str, Any], in_app_ns: Optional[float]) -> Dict[str, Any]:
+    """`mneme replay --json` -> status, median ns and fidelity (replay median / recorder's in-app median)."""
+    r = doc.get("result", {})
+    times = r.get("exec_time") or []
+    med = median(times)
+    fid = r.get("fidelity") or (med / in_app_ns if med and in_app_ns else None)
+    return {"status": r.get("status") or "unknown", "replay_ns": med, "replay_min_ns": min(times) if times else None,
+            "fidelity": round(fid, 4) if fid else None, "registers": r.get("reg_usage"),
+            "error": (r.get("error") or None) and str(r["error"])[:300], "code_hash": r.get("code_hash")}
+
+
+def replay_app(app: App, budget: stage.Budget, ctx: Ctx, max_instances: int = 3,
+               timeout: float = 180.0) -> Dict[str, Any]:
+    kernels, rec = ensure_recorded(app, budget, ctx)
+    if rec is not None and rec.get("budget_cut"):
+        return rec
+    out = ctx.run_dir(app, "replay")
+    rows = []
+    for k in kernels:
+        kr = {"name": k["name"], "replayed": []}
+        if k["replayable"]:
+            for inst in k["instances"][:max_instances]:
+                limit = budget.cap(timeout)
+                js = out / f"{k['static_hash'][:16]}-{inst['id']}.json"
+                p = stage.run(replay_argv(ctx.rdb(app) / k["db"], inst["id"], js), timeout=limit, cwd=out)
+                if _cut(p, limit, timeout):
+                    return {"budget_cut": True}
+                if js.is_file():
+                    res = parse_replay(json.loads(js.read_text()), inst["in_app_ns"])
+                else:
+                    res = {"status": "timeout" if p.timed_out else "error", "replay_ns": None, "fidelity": None,
+                           "error": last_line(p.output) or f"exit {p.returncode}"}
+                kr["replayed"].append({"id": inst["id"], "in_app_ns": inst["in_app_ns"], **res})
+        rows.append(kr)
+    (ctx.work / app.name / "replay.json").write_text(json.dumps(rows, indent=1) + "\n")
+    row: Dict[str, Any] = {"replay": rows}
+    if rec is not None:
+        row["recorded_here"] = {k: rec.get(k) for k in ("app_ok_recorded", "record_s", "record_error")}
+        row["kernels"] = rec.get("kernels", [])
+    return row
+
+
+# ---- tune ----------------------------------------------------------------------------------------
+
+def tune_argv(db: Path, rid: str, out_dir: Path, trials: int, space: str, jobs: Optional[int]) -> List[str]:
+    argv = mneme("tune", "-rdb", str(db), "-rid", rid, "--space", space, "--trials", str(trials), "--no-track",
+                 "--json", "--quiet", "-o", str(out_dir))
+    return argv + (["--compile-jobs", str(jobs)] if jobs else [])
+
+
+def json_object(text: str) -> Optional[Dict[str, Any]]:
+    """The last top-level JSON object printed in `text` (tune prints its summary with --json)."""
+    start = text.find("{\n")
+    while start >= 0:
+        try:
+            return json.loads(text[start:])
+        except ValueError:
+            try:
+                obj, _ = json.JSONDecoder().raw_decode(text[start:])
+                return obj
+            except ValueError:
+                start = text.find("{\n", start + 1)
+    return None
+
+
+def gpu_busy(trials_jsonl: Path, search_s: Optional[float]) -> Optional[float]:
+    """Timed kernel time of all trials / the search's wall time: a lower bound of the GPU's busy share
+    (warm-up runs, resets and verification are not counted), used until tune reports its own figure."""
+    if not search_s or not trials_jsonl.is_file():
+        return None
+    ns = 0.0
+    for line in trials_jsonl.read_text().splitlines():
+        try:
+            ns += sum((json.loads(line).get("result") or {}).get("exec_time") or [])
+        except ValueError:
+            continue
+    return round(ns * 1e-9 / search_s, 4)
+
+
+def parse_tune(doc: Dict[str, Any], out_dir: Optional[Path] = None) -> Dict[str, Any]:
+    """`mneme tune --json` -> verified fraction, best speedup and configuration, throughput."""
+    trials = doc.get("trials") or {}
+    by = trials.get("by_status") or {}
+    counted = trials.get("counted") or sum(by.values()) or 0
+    best = doc.get("best") or {}
+    timing = doc.get("timing") or {}
+    busy = doc.get("gpu_busy")
+    row = {"trials": counted, "by_status": by,
+           "verified_fraction": round(by.get("verified", 0) / counted, 4) if counted else None,
+           "best_speedup": best.get("speedup"), "best_config": best.get("config"),
+           "best_params": best.get("params"), "baseline_ns": (doc.get("baseline") or {}).get("metric_ns"),
+           "best_ns": best.get("metric_ns"), "tune_configs_per_s": timing.get("trials_per_s"),
+           "search_s": timing.get("search_s"), "gpu_busy": busy, "gpu_busy_source": "tune" if busy is not None else None,
+           "exit_code": doc.get("exit_code"), "message": doc.get("message") or None}
+    if busy is None and out_dir is not None:
+        row["gpu_busy"] = gpu_busy(Path(out_dir) / "trials.jsonl", timing.get("search_s"))
+        row["gpu_busy_source"] = "timed iterations / search wall (lower bound)" if row["gpu_busy"] is not None else None
+    return row
+
+
+def pick_kernels(kernels: List[Dict[str, Any]], replayed: Optional[List[Dict[str, Any]]], top: int,
+                 min_ns: float) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    """The heaviest replayable kernels (by total in-app time), preferring ones whose baseline replay
+    verified; with each its heaviest instance (verified if known) of at least min_ns."""
+    verified = {}
+    for k in replayed or []:
+        ok = [r["id"] for r in k.get("replayed", []) if r.get("status") == "verified"]
+        verified[k["name"]] = ok
+    picks = []
+    for k in kernels:
+        if not k["replayable"] or not k["instances"]:
+            continue
+        if replayed is not None and not verified.get(k["name"]):
+            continue
+        insts = [i for i in k["instances"] if (i["in_app_ns"] or 0) >= min_ns
+                 and (replayed is None or i["id"] in verified[k["name"]])]
+        if insts:
+            picks.append((k, insts[0]))
+    return picks[:top]
+
+
+def tune_app(app: App, budget: stage.Budget, ctx: Ctx, trials: int = 30, space: str = "standard", top: int = 1,
+             min_us: float = 0.0, jobs: Optional[int] = None, timeout: float = 420.0) -> Dict[str, Any]:
+    kernels, rec = ensure_recorded(app, budget, ctx)
+    if rec is not None and rec.get("budget_cut"):
+        return rec
+    rj = ctx.work / app.name / "replay.json"
+    replayed = json.loads(rj.read_text()) if rj.is_file() else None
+    out = ctx.run_dir(app, "tune")
+    rows = []
+    for k, inst in pick_kernels(kernels, replayed, top, min_us * 1000):
+        limit = budget.cap(timeout)
+        d = out / k["static_hash"][:16]
+        p = stage.run(tune_argv(ctx.rdb(app) / k["db"], inst["id"], d, trials, space, jobs), timeout=limit, cwd=out)
+        if _cut(p, limit, timeout):
+            return {"budget_cut": True}
+        doc = json_object(p.output)
+        res = parse_tune(doc, d) if doc else {"error": f"{'timed out' if p.timed_out else 'exit ' + str(p.returncode)}: "
+                                                        f"{last_line(p.output)}"}
+        rows.append({"name": k["name"], "instance": inst["id"], "in_app_ns": inst["in_app_ns"], "space": space,
+                     "trials_requested": trials, "tune_s": round(p.seconds, 1), **res})
+    row: Dict[str, Any] = {"tune": rows, "tune_note": None if rows else "no replayable kernel "
+                           + ("whose baseline replay verified" if replayed is not None else "") + f" of >= {min_us} us"}
+    if rec is not None:
+        row["kernels"] = rec.get("kernels", [])
+    return row
+
+
+# ---- ncu -----------------------------------------------------------------------------------------
+
+def ncu_path() -> str:
+    """ncu on PATH, else the CUDA root's (the GPU machine's PATH may lack /usr/local/cuda/bin)."""
+    for c in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if c and Path(c).exists():
+            return c
+    return "ncu"
+
+
+def ncu_argv(exe: Path, args: Sequence[str], launch_count: int, ncu: str = "ncu") -> List[str]:
+    return [ncu, "--clock-control", "none", "--cache-control", "none", "--metrics", NCU_METRIC, "--csv",
+            "--print-units", "base", "--print-kernel-base", "mangled", "--launch-count", str(launch_count),
+            str(exe), *args]
+
+
+def parse_ncu_csv(output: str) -> Dict[str, Dict[str, Any]]:
+    """ncu's CSV (app output and ==PROF== lines around it) -> kernel -> launches, median ns, per shape."""
+    lines = output.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID","Process ID"')), None)
+    if start is None:
+        return {}
+    body = [l for l in lines[start:] if l.startswith('"')]
+    per: Dict[str, Dict[str, List[float]]] = {}
+    for r in csv.DictReader(io.StringIO("\n".join(body))):
+        if r.get("Metric Name") != NCU_METRIC:
+            continue
+        try:
+            v = float((r.get("Metric Value") or "").replace(",", ""))
+        except ValueError:
+            continue
+        unit = (r.get("Metric Unit") or "").lower()
+        v *= {"usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(unit, 1.0)
+        key = f"{shape(r.get('Grid Size', ''))}/{shape(r.get('Block Size', ''))}"
+        per.setdefault(r["Kernel Name"], {}).setdefault(key, []).append(v)
+    return {name: {"launches": sum(len(v) for v in shapes.values()),
+                   "median_ns": median([x for v in shapes.values() for x in v]),
+                   "by_shape": {s: median(v) for s, v in shapes.items()}} for name, shapes in per.items()}
+
+
+def ncu_app(app: App, budget: stage.Budget, ctx: Ctx, launch_count: int = 300, timeout: float = 420.0) -> Dict[str, Any]:
+    limit = budget.cap(timeout)
+    p = stage.run(ncu_argv(ctx.exe(app), app.argv, launch_count, ncu_path()), timeout=limit, cwd=ctx.run_dir(app, "ncu"))
+    if _cut(p, limit, timeout):
+        return {"budget_cut": True}
+    o = outcome(app, p)
+    row = {"app_ok_ncu": o["ok"], "ncu_s": o["wall_s"], "ncu_error": o["why"], "ncu": parse_ncu_csv(p.output)}
+    if not row["ncu"]:
+        row["ncu_log"] = stage.tail(p.output)
+    return row

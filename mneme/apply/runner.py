@@ -1,0 +1,147 @@
+"""Running the app under libapply: once observed (the original kernels, timed) and once applied, per round.
+
+Both runs time the launches each manifest entry matches with the same in-app timer (an event pair around
+the launch, resolved lazily, as the recorder's in-app times); the observed run's times are the original
+kernel's, the applied run's the tuned kernel's. The app's own output of each run is shown as it comes.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from mneme.errors import ConfigurationError
+
+LIB_NAME = "libapply.so"
+#: libapply's exit status when --check found a mismatch (native/apply/check.c: MNA_CHECK_EXIT)
+CHECK_EXIT = 86
+
+
+def find_libapply(build: bool = True) -> Path:
+    """libapply.so: $MNEME_LIBAPPLY, else mneme/lib/libapply.so (built from native/apply in a source checkout)."""
+    from mneme.record.runner import find_native_lib
+
+    return find_native_lib(LIB_NAME, "apply", "MNEME_LIBAPPLY", ConfigurationError, build)
+
+
+@dataclass
+class EntryStats:
+    matched: int = 0
+    applied: int = 0
+    fell_back: int = 0
+    checked: int = 0
+    lost: int = 0
+    timed: int = 0
+    total_ns: int = 0
+    samples: List[int] = field(default_factory=list)
+
+    @property
+    def median_ns(self) -> Optional[float]:
+        return float(statistics.median(self.samples)) if self.samples else None
+
+
+@dataclass
+class RunStats:
+    mode: str
+    returncode: int
+    wall_s: float
+    entries: Dict[int, EntryStats] = field(default_factory=dict)
+    unmatched: int = 0
+    warnings: List[str] = field(default_factory=list)
+    check_failed: str = ""
+    stats_missing: bool = False
+
+
+def parse_stats(text: str, mode: str, returncode: int, wall_s: float) -> RunStats:
+    """The statistics file libapply writes at exit (native/apply/launch.c: write_stats)."""
+    lines = text.splitlines()
+    if not lines or lines[0] != "mneme-apply-stats 1":
+        raise ConfigurationError("not a libapply statistics file (version 1)")
+    st = RunStats(mode, returncode, wall_s)
+    for line in lines[1:]:
+        key, _, rest = line.partition(" ")
+        if key == "mode":
+            st.mode = rest
+        elif key == "entry":
+            w = rest.split()
+            vals = dict(zip(w[1::2], (int(v) for v in w[2::2])))
+            st.entries[int(w[0])] = EntryStats(**{k: vals.get(k, 0) for k in
+                                                  ("matched", "applied", "fell_back", "checked", "lost", "timed", "total_ns")})
+        elif key == "samples":
+            w = rest.split()
+            st.entries.setdefault(int(w[0]), EntryStats()).samples = [int(v) for v in w[1:]]
+        elif key == "unmatched":
+            st.unmatched = int(rest)
+        elif key == "warn":
+            st.warnings.append(rest)
+        elif key == "check_failed":
+            st.check_failed = rest
+    return st
+
+
+@dataclass
+class ApplyRunner:
+    manifest: Path
+    workdir: Path
+    argv: Sequence[str]
+    check: int = 0
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
+    tol_type: str = "f32"
+    lib: Optional[Path] = None
+    quiet: bool = False
+
+    def env(self, mode: str, stats: Path) -> Dict[str, str]:
+        if self.lib is None:
+            self.lib = find_libapply()
+        lib = self.lib
+        env = dict(os.environ)
+        pre = env.get("LD_PRELOAD", "")
+        env["LD_PRELOAD"] = f"{lib}:{pre}" if pre else str(lib)
+        env["MNEME_APPLY_MANIFEST"] = str(self.manifest)
+        env["MNEME_APPLY_MODE"] = mode
+        env["MNEME_APPLY_STATS"] = str(stats)
+        env["MNEME_APPLY_CHECK"] = str(self.check if mode == "apply" else 0)
+        if self.atol is not None or self.rtol is not None:
+            from mneme.snapshot import elem_code
+
+            env["MNEME_APPLY_CHECK_ELEM"] = str(elem_code(self.tol_type))
+            env["MNEME_APPLY_CHECK_ATOL"] = repr(float(self.atol or 0.0))
+            env["MNEME_APPLY_CHECK_RTOL"] = repr(float(self.rtol or 0.0))
+        return env
+
+    def run(self, mode: str, round_no: int = 0) -> RunStats:
+        stats = self.workdir / f"stats-{mode}-{round_no}.txt"
+        stats.unlink(missing_ok=True)
+        if not self.quiet:
+            print(f"mneme apply: [{mode} run {round_no + 1}] {' '.join(self.argv)}", file=sys.stderr, flush=True)
+        env = self.env(mode, stats)
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(list(self.argv), env=env)
+        except OSError as e:
+            raise ConfigurationError(f"cannot run {self.argv[0]}: {e}") from None
+        wall = time.perf_counter() - t0
+        if not stats.is_file():
+            st = RunStats(mode, p.returncode, wall, stats_missing=True)
+            st.warnings.append(f"libapply wrote no statistics ({stats}): the app ended without running its exit "
+                               "handlers (killed, or _exit), or libapply was not loaded")
+            return st
+        return parse_stats(stats.read_text(), mode, p.returncode, wall)
+
+    def rounds(self, n: int = 1) -> List[Dict[str, RunStats]]:
+        """n rounds of (observe, apply), alternating, so drift hits both alike; stops after a failed check."""
+        out = []
+        for i in range(max(1, n)):
+            obs = self.run("observe", i)
+            app = self.run("apply", i)
+            out.append({"observe": obs, "apply": app})
+            if app.check_failed or app.returncode == CHECK_EXIT:
+                break
+        return out

@@ -1,0 +1,198 @@
+"""`mneme nvcc` builds with real clang-22: the command lines it runs, the device code they make (PTX read
+back), nvcc's identity for user code, separate compilation with -dc/-dlink/-lib, dependency files,
+OpenMP host code, errors without crash files, and the IR that `mneme ir` lists."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mneme.cc.embedded import build_settings, read_embedded
+from mneme.ir.module import module_kernels, parse_module
+
+NVCC = [sys.executable, "-m", "mneme.cli", "nvcc"]
+
+KERNEL = r"""
+__global__ void mathKernel(float *a, const float *b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) a[i] = sqrtf(a[i]) / b[i] + a[i] * b[i];
+}
+void launch(float *a, const float *b, int n) { mathKernel<<<(n + 127) / 128, 128>>>(a, b, n); }
+"""
+
+
+def nvcc(*args, cwd, env=None, check=True) -> subprocess.CompletedProcess:
+    p = subprocess.run([*NVCC, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"mneme nvcc {' '.join(map(str, args))} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def float_ops(ptx: str) -> set:
+    return set(re.findall(r"\b((?:div|sqrt|add|mul|fma)\.[a-z0-9.]*f32)\b", ptx))
+
+
+def test_fast_math_changes_device_code_only(tmp_path):
+    (tmp_path / "k.cu").write_text(KERNEL)
+    nvcc("-arch=sm_90", "-ptx", "k.cu", "-o", "plain.ptx", cwd=tmp_path)
+    nvcc("-arch=sm_90", "-ptx", "-use_fast_math", "k.cu", "-o", "fast.ptx", cwd=tmp_path)
+    plain = float_ops((tmp_path / "plain.ptx").read_text())
+    fast = float_ops((tmp_path / "fast.ptx").read_text())
+    # nvcc's defaults: IEEE division and square root (clang alone would approximate sqrtf), no ftz
+    assert "div.rn.f32" in plain and "sqrt.rn.f32" in plain
+    assert not any(".ftz" in op or "approx" in op for op in plain)
+    # --use_fast_math: approximate division and square root, denormals flushed
+    assert "div.approx.ftz.f32" in fast and "sqrt.approx.ftz.f32" in fast
+    assert not any(op in fast for op in ("div.rn.f32", "sqrt.rn.f32"))
+    nvcc("-arch=sm_90", "-ptx", "--ftz=true", "k.cu", "-o", "ftz.ptx", cwd=tmp_path)
+    ftz = float_ops((tmp_path / "ftz.ptx").read_text())
+    assert "div.rn.ftz.f32" in ftz and "sqrt.rn.ftz.f32" in ftz
+
+
+def test_compile_commands_and_settings_read_back(tmp_path):
+    (tmp_path / "k.cu").write_text(KERNEL)
+    p = nvcc("-v", "-c", "k.cu", "-o", "k.o", "-O2", "--use_fast_math", "-maxrregcount=32", "-Xptxas", "-v",
+             "-Xcompiler", "-fPIC,-Wall", "-lineinfo", "-gencode", "arch=compute_80,code=sm_80",
+             "--generate-code=arch=compute_90,code=[compute_90,sm_90]", cwd=tmp_path)
+    lines = [line[3:] for line in p.stderr.splitlines() if line.startswith("#$ ")]
+    compile_line = next(line for line in lines if " -c " in line and "-emit-llvm" not in line and "clang" in line)
+    for flag in ("--cuda-gpu-arch=sm_80", "--cuda-gpu-arch=sm_90", "-Xcuda-ptxas --maxrregcount=32",
+                 "-Xcuda-ptxas -v", "-Xarch_host -O2", "-Xarch_host -fPIC", "-Xarch_host -Wall",
+                 "-Xarch_device -O3", "-fgpu-flush-denormals-to-zero", "-nvptx-prec-divf32=0",
+                 "-fgpu-approx-transcendentals", "-Xarch_device -gline-directives-only", "-fno-crash-diagnostics"):
+        assert flag in compile_line, flag
+    assert "ptxas info" in p.stderr and "Used" in p.stderr  # -Xptxas -v reached ptxas
+    assert any("TOP=" in line for line in lines) and any(line.startswith("LIBRARIES=") for line in lines)
+    (mod,) = read_embedded(tmp_path / "k.o")
+    s = build_settings(mod)
+    assert s["compiler"] == "nvcc" and s["ftz"] and not s["prec_div"] and not s["prec_sqrt"]
+    assert s["maxrregcount"] == 32 and "-v" in s["ptxas"] and s["host_opt_level"] == "2"
+    assert module_kernels(parse_module(mod.bitcode)) == ["_Z10mathKernelPfPKfi"]
+
+
+NVCC_GUARDED = r"""
+#include <cstdio>
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+#include <cuda/std/type_traits>
+#ifdef __NVCC__
+#define HD __host__ __device__
+#else
+#define HD
+#endif
+#if !defined(__CUDACC_VER_MAJOR__) || __CUDACC_VER_MAJOR__ < 12
+#error "__CUDACC_VER_MAJOR__ missing"
+#endif
+struct Twice { HD float operator()(float v) const { return 2 * v; } };
+__global__ void apply(float *x) { x[threadIdx.x] = Twice()(x[threadIdx.x]); }
+int main() {
+  std::printf("nvcc=%d major=%d minor=%d host=%g\n", __NVCC__, __CUDACC_VER_MAJOR__, __CUDACC_VER_MINOR__,
+              Twice()(1.5f));
+  apply<<<1, 1>>>(nullptr);
+  return 0;
+}
+"""
+
+
+def test_code_testing_nvcc_macros_builds_and_runs_its_host_side(tmp_path):
+    (tmp_path / "g.cu").write_text(NVCC_GUARDED)
+    nvcc("-arch=sm_90", "-std=c++17", "g.cu", "-o", "g", "-cudart", "shared", cwd=tmp_path)
+    out = subprocess.run([tmp_path / "g"], capture_output=True, text=True).stdout  # no GPU: the launch fails
+    m = re.search(r"nvcc=1 major=(\d+) minor=(\d+) host=3", out)
+    assert m, out
+    cuda_h = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include" / "cuda.h"
+    version = int(re.search(r"#define\s+CUDA_VERSION\s+(\d+)", cuda_h.read_text()).group(1))
+    assert (int(m.group(1)), int(m.group(2))) == (version // 1000, version % 1000 // 10)
+
+
+CALLER = r"""
+extern __device__ float scale(float);
+__global__ void useScale(float *x) { x[threadIdx.x] = scale(x[threadIdx.x]); }
+void run(float *x) { useScale<<<1, 32>>>(x); }
+"""
+CALLEE = "__device__ float scale(float v) { return 3 * v; }\n__global__ void other(float *x) { x[0] = 1; }\n"
+MAIN = "void run(float *);\nint main(int argc, char **) { if (argc > 3) run(nullptr); return 0; }\n"
+
+
+def test_separate_compilation_dlink_lib_and_host_link(tmp_path):
+    (tmp_path / "caller.cu").write_text(CALLER)
+    (tmp_path / "callee.cu").write_text(CALLEE)
+    (tmp_path / "main.cpp").write_text(MAIN)
+    a = ["-arch=sm_90"]
+    nvcc(*a, "-dc", "caller.cu", "-o", "caller.o", cwd=tmp_path)
+    nvcc(*a, "-rdc=true", "-c", "callee.cu", "-o", "callee.o", cwd=tmp_path)
+    nvcc(*a, "-lib", "callee.o", "-o", "libcallee.a", cwd=tmp_path)
+    nvcc("-c", "main.cpp", "-o", "main.o", cwd=tmp_path)  # host compiler (g++)
+    # CMake's way: device link to an object, host link by g++ with the static runtime
+    nvcc(*a, "-dlink", "caller.o", "libcallee.a", "-o", "dlink.o", cwd=tmp_path)
+    cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    subprocess.run(["g++", "main.o", "caller.o", "dlink.o", "libcallee.a", f"-L{cuda}/lib64", "-lcudart_static",
+                    "-ldl", "-lpthread", "-lrt", "-o", "app_gxx"], cwd=tmp_path, check=True)
+    nm = subprocess.run(["nm", tmp_path / "app_gxx"], capture_output=True, text=True).stdout
+    assert "__cudaRegisterFatBinary" in nm and re.search(r" D __start_llvm_offload_entries\n", nm)
+    # nvcc's way: one link command
+    nvcc(*a, "main.o", "caller.o", "-L.", "-lcallee", "-o", "app", cwd=tmp_path)
+    ldd = subprocess.run(["ldd", tmp_path / "app"], capture_output=True, text=True).stdout
+    assert "libcudart" not in ldd  # static runtime, as nvcc
+    ir = subprocess.run([sys.executable, "-m", "mneme.cli", "ir", "app"], cwd=tmp_path, capture_output=True,
+                        text=True, check=True).stdout
+    assert "_Z8useScalePf" in ir and "caller.cu" in ir
+    nvcc(*a, "main.o", "caller.o", "libcallee.a", "-cudart=shared", "-o", "app_shared", cwd=tmp_path)
+    assert "libcudart.so" in subprocess.run(["ldd", tmp_path / "app_shared"], capture_output=True, text=True).stdout
+
+
+def test_dependency_files(tmp_path):
+    (tmp_path / "util.h").write_text("__device__ inline float one() { return 1; }\n")
+    (tmp_path / "d.cu").write_text('#include "util.h"\n__global__ void d(float *x) { x[0] = one(); }\n')
+    nvcc("-arch=sm_90", "-MD", "-MT", "obj/d.o", "-MF", "d.dep", "-c", "d.cu", "-o", "d.o", cwd=tmp_path)
+    dep = (tmp_path / "d.dep").read_text()
+    assert dep.startswith("obj/d.o:") and "util.h" in dep
+    out = nvcc("-arch=sm_90", "-M", "d.cu", cwd=tmp_path).stdout
+    assert "d.o:" in out and "util.h" in out
+
+
+def test_openmp_host_code_links_gccs_libgomp(tmp_path):
+    (tmp_path / "omp.cpp").write_text(
+        "#include <omp.h>\n#include <cstdio>\nint main() { int n = 0;\n#pragma omp parallel reduction(+:n)\n"
+        "n += 1;\nstd::printf(\"%d\\n\", n); return 0; }\n"
+    )
+    (tmp_path / "k.cu").write_text(KERNEL)
+    nvcc("-arch=sm_90", "-Xcompiler", "-fopenmp", "omp.cpp", "k.cu", "-o", "omp", cwd=tmp_path)
+    assert "libgomp" in subprocess.run(["ldd", tmp_path / "omp"], capture_output=True, text=True).stdout
+    run = subprocess.run([tmp_path / "omp"], env=dict(os.environ, OMP_NUM_THREADS="3"), capture_output=True, text=True)
+    assert run.stdout.strip() == "3"
+
+
+def test_failures_name_the_flag_and_leave_no_crash_files(tmp_path):
+    (tmp_path / "k.cu").write_text(KERNEL)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp))
+    old = nvcc("-arch=sm_60", "-c", "k.cu", cwd=tmp_path, env=env, check=False)
+    assert old.returncode != 0
+    err = [line for line in old.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and "sm_60" in err[0] and "-arch=sm_90" in err[0], old.stderr
+    bad = nvcc("-arch=sm_90", "-Xptxas", "--no-such-ptxas-flag", "-c", "k.cu", cwd=tmp_path, env=env, check=False)
+    assert bad.returncode != 0 and "k.cu" in bad.stderr
+    assert "PLEASE submit a bug report" not in bad.stderr and "Preprocessed source" not in bad.stderr
+    assert list(tmp.iterdir()) == []
+    unknown = nvcc("--no-such-nvcc-option", "k.cu", cwd=tmp_path, check=False)
+    assert unknown.returncode == 2 and "--no-such-nvcc-option" in unknown.stderr
+
+
+def test_version_is_what_cmake_looks_for(tmp_path):
+    out = nvcc("--version", cwd=tmp_path).stdout
+    assert "nvcc: NVIDIA (R) Cuda compiler driver" in out and re.search(r"V\d+\.\d+\.\d+", out) and "mneme" in out
+
+
+def test_openmp_pragmas_in_cuda_source_need_libomp(tmp_path):
+    from mneme.cc.nvcctrans import Translation
+
+    if Translation.libomp():
+        pytest.skip("LLVM's libomp is installed: clang compiles the pragmas against it")
+    (tmp_path / "p.cu").write_text("void f(int *x) {\n#pragma omp parallel for\nfor (int i = 0; i < 4; ++i) x[i] = i; }\n")
+    p = nvcc("-arch=sm_90", "-Xcompiler", "-fopenmp", "-c", "p.cu", cwd=tmp_path, check=False)
+    assert p.returncode == 2 and "p.cu" in p.stderr and "libomp" in p.stderr and ".cpp" in p.stderr

@@ -1,0 +1,101 @@
+"""The record-DB schema (mneme/record/schema.py) against the committed fixtures: each reads (schema 1, through
+the migration), writes back as schema 2 with the SHA-256 of every file it owns, and that validates; each kind
+of violation is refused in one line naming the file and the field path."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mnemetest import FIXTURES
+from mneme.errors import RecordError
+from mneme.record import integrity
+from mneme.record.db import RecordedExecution, find_dbs
+from mneme.record.schema import SCHEMA_VERSION, RecordDB, json_schema, validate
+
+FIXTURE_DBS = [db for d in sorted(FIXTURES.iterdir()) if d.is_dir() for db in find_dbs(str(d))]
+
+
+def test_there_are_fixtures_of_every_kind():
+    assert len(FIXTURE_DBS) >= 6
+
+
+@pytest.mark.parametrize("path", FIXTURE_DBS, ids=lambda p: Path(p).parent.name + "/" + Path(p).name[:8])
+def test_every_fixture_validates_and_migrates_to_the_current_version(path, tmp_path):
+    data = json.loads(Path(path).read_text())
+    model = validate(data, path)
+    assert model.SchemaVersion in (1, SCHEMA_VERSION)
+    copy_dir = tmp_path / "db"
+    shutil.copytree(Path(path).parent, copy_dir)
+    db = RecordedExecution.from_json(str(copy_dir / Path(path).name))
+    db.to_json()
+    written = json.loads((copy_dir / Path(path).name).read_text())
+    assert written["SchemaVersion"] == SCHEMA_VERSION == 2
+    current = RecordDB.model_validate(written)  # the current model, no migration
+    for rel, digest in zip(current.Modules, current.ModuleSha256):
+        assert integrity.sha256(str(copy_dir / rel)) == digest
+    for inst in current.instances.values():
+        assert integrity.sha256(str(copy_dir / inst.Prologue)) == inst.PrologueSha256
+        assert integrity.sha256(str(copy_dir / inst.Epilogue)) == inst.EpilogueSha256
+    again = RecordedExecution.from_json(str(copy_dir / Path(path).name))
+    assert again.schema_version == 2 and sorted(again) == sorted(db)
+    # nothing the schema does not name is lost on the way
+    assert {k for k in data if k != "SchemaVersion"} <= set(written)
+
+
+def _one(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+VECADD = [p for p in FIXTURE_DBS if "/vecadd/" in p][0]
+DH = next(iter(_one(VECADD)["instances"]))
+
+#: (change, field path the message must name, what it must say)
+CASES = [
+    (lambda d: d["instances"][DH]["BlockDims"].update(x=256.7), f"instances.{DH}.BlockDims.x", "integer"),
+    (lambda d: d["instances"][DH].update(GridDims="64"), f"instances.{DH}.GridDims", "dictionary"),
+    (lambda d: d["instances"][DH]["GridDims"].update(x="abc"), f"instances.{DH}.GridDims.x", "integer"),
+    (lambda d: d["instances"][DH].update(SharedMem=None), f"instances.{DH}.SharedMem", "integer"),
+    (lambda d: d["instances"][DH].pop("Prologue"), f"instances.{DH}.Prologue", "missing"),
+    (lambda d: d.update(Modules=[""]), "Modules.0", "at least 1 character"),
+    (lambda d: d.update(Replayable="false"), "Replayable", "boolean"),
+    (lambda d: d.update(VAddr=12), "VAddr", "string"),
+    (lambda d: d["instances"][DH].update(Args=["zz"]), f"instances.{DH}.Args.0", "matching"),
+    (lambda d: d.update(Specializations=[True]), "Specializations", "4 entries"),
+    (lambda d: d["instances"][DH].update(Occurrences=0), f"instances.{DH}.Occurrences", "greater than or equal to 1"),
+    (lambda d: d.update(instances={"nothex": d["instances"][DH]}), "instances.nothex", "matching"),
+]
+
+
+@pytest.mark.parametrize("change,field,says", CASES, ids=[c[1] + ":" + c[2] for c in CASES])
+def test_each_violation_is_one_line_naming_file_and_field(change, field, says, tmp_path):
+    data = _one(VECADD)
+    bad = copy.deepcopy(data)
+    change(bad)
+    path = tmp_path / Path(VECADD).name
+    path.write_text(json.dumps(bad))
+    with pytest.raises(RecordError) as e:
+        RecordedExecution.from_json(str(path))
+    lines = str(e.value).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{path}: ") and field in lines[0] and says in lines[0], lines[0]
+
+
+def test_a_top_level_that_is_not_an_object_is_refused(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text("[1, 2, 3]")
+    with pytest.raises(RecordError, match=r"x\.json: \(top level\): expected a JSON object.*got list"):
+        RecordedExecution.from_json(str(path))
+
+
+def test_the_json_schema_documents_the_current_version():
+    s = json_schema()
+    assert s["properties"]["SchemaVersion"]["const"] == SCHEMA_VERSION
+    assert {"ModuleSha256", "instances", "StaticHash"} <= set(s["required"])
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "RECORD_DB.md").read_text()
+    for name in s["properties"]:
+        assert f"`{name}`" in doc, f"docs/RECORD_DB.md does not describe {name}"
