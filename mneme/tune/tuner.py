@@ -125,10 +125,10 @@ class Tuner:
         if self.pipelines and not uses_pipelines(self.space):
             self.notes.append(f"space {self.space.name!r} does not search pipelines; --passes/--pipeline-file are ignored")
         rounding = [k for k in ROUNDING_KNOBS if k in self.space.dimensions()]
-        if rounding and o.atol is None and o.rtol is None:
+        if rounding and o.atol is None and o.rtol is None and not o.verification.get("float_rtol"):
             self.notes.append(
                 f"the space searches {', '.join(rounding)}, whose results round differently from the recorded build; "
-                "without a tolerance (--rtol/--atol or the recording's annotations) those trials fail verification"
+                "without a tolerance (--float-rtol, --rtol/--atol or the recording's annotations) those trials fail verification"
             )
         size = self.space.size()
         if o.sampler not in EXHAUSTING and size == size and size != float("inf") and size < o.trials:
