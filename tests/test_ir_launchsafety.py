@@ -105,3 +105,23 @@ def test_cooperative_kernel_keeps_its_launch(kernels):
     assert f.cooperative
     rules = f.rules((256, 1, 1))
     assert rules.launch_fixed and rules.why((128, 1, 1)) is not None and rules.why((256, 1, 1)) is None
+
+
+def test_dry_run_on_the_recorded_matmul_prints_the_analysis(tmp_path):
+    """The H200 recording of examples/matmul.cu: matmulStatic's standard space keeps its 16x16 block."""
+    import json
+    import subprocess
+    import sys
+
+    from mneme.record.db import RecordedExecution, find_dbs
+
+    db = next(p for p in find_dbs(str(ROOT / "tests" / "fixtures" / "matmul"))
+              if "matmulStatic" in RecordedExecution.from_json(p, check_files=False).demangled_name)
+    base = [sys.executable, "-m", "mneme.cli", "tune", "-rdb", db, "--dry-run", "--no-track", "-o", str(tmp_path / "o")]
+    text = subprocess.run(base, capture_output=True, text=True, check=True).stdout
+    assert "launch safety from the IR" in text and "block.x fixed: blockDim.x is never read" in text
+    assert "aggressive drops only the block.x warp rule" in text
+    plan = json.loads(subprocess.run(base + ["--json", "--launch-safety", "aggressive"], capture_output=True, text=True,
+                                     check=True).stdout)
+    assert list(plan["space"]["launch"]) == ["16x16x1"]  # at every level
+    assert plan["space"]["launch_analysis"]["facts"]["reads"]["tid"] == "xy"

@@ -236,7 +236,7 @@ class StudyRun:
         from mneme.tune.presets import preset_space
         from mneme.tune.samplers import Proposer, make_optuna_sampler
         from mneme.tune.space import SpaceContext, build_user_space
-        from mneme.tune.tuner import read_pipelines
+        from mneme.tune.tuner import read_pipelines, recorded_launch
 
         self.sweeper = sweeper
         self.cfg = cfg
@@ -252,8 +252,9 @@ class StudyRun:
         self.objective = Objective.of(self.opts.objective, self.opts.metric, self.opts.sampler)
         self.target = app.target(cfg)
         self.base = schema.configuration(cfg.replay, self.target.baseline)
+        facts = recorded_launch(self.target.db, self.target.instance.dynamic_hash, analyze=True)[1]
         ctx = SpaceContext(self.base, self.target.record, self.target.instance, self.opts.launch_safety,
-                           read_pipelines(self.opts.passes, self.opts.pipeline_file))
+                           read_pipelines(self.opts.passes, self.opts.pipeline_file), launch_facts=facts)
         name = cfg.search_space.name
         preset = None
         if self.opts.space_module:

@@ -388,7 +388,7 @@ def summary_text(summary: Dict[str, Any]) -> str:
     else:
         lines.append("best: none (no trial succeeded)")
     if summary.get("banned_shapes"):
-        lines.append(f"banned block shapes (failed to launch): {', '.join(summary['banned_shapes'])}")
+        lines.append(f"banned block shapes (failed to launch, killed the CUDA context or answered wrongly): {', '.join(summary['banned_shapes'])}")
     return "\n".join(lines)
 
 

@@ -221,14 +221,19 @@ class TrialSession:
             return
         if result.status == "invalid_launch" or kills_context(result.status, result.error):
             self._ban(t.config)
+        elif result.status == "failed_verification" and t.config.fma and not t.config.fast_math:
+            self._ban(t.config, shape_only=True)  # a wrong answer from bit-exact code: the shape is to blame
         if self.on_answer is not None:
             self.on_answer(t, result, values)
 
-    def _ban(self, config) -> None:
+    def _ban(self, config, shape_only: bool = False) -> None:
         """A launch failure or a trial that killed the CUDA context is evidence: a block shape other than the
-        recorded one is banned; at the recorded shape the compile settings are (never proposed again)."""
+        recorded one is banned; at the recorded shape the compile settings are (never proposed again). With
+        `shape_only` (a wrong answer), only another shape than the recorded one is banned."""
         base = getattr(self.space, "ctx", None)
         base_block = shape_key(base.baseline.block) if base is not None else None
+        if shape_only and (base_block is None or shape_key(config.block) == base_block):
+            return
         if shape_key(config.block) != base_block:
             key = self.space.ban(config)
             banned = sorted(set(self.study.user_attrs.get(st.A_BANNED) or []) | {key})

@@ -24,7 +24,7 @@ from mneme.tune.objective import FAILURES, Objective, metric_ns, speedup, succee
 from mneme.tune.options import (
     EXIT_ALL_FAILED, EXIT_BASELINE_FAILED, EXIT_INTERRUPTED, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE, TuneOptions,
 )
-from mneme.tune.presets import preset_space, uses_pipelines
+from mneme.tune.presets import ROUNDING_KNOBS, preset_space, uses_pipelines
 from mneme.tune.samplers import EXHAUSTING, Proposer, make_optuna_sampler
 from mneme.tune.session import A_BANNED_CODE, Ticket, TrialSession
 from mneme.tune.space import SearchSpace, SpaceContext, build_user_space
@@ -124,6 +124,12 @@ class Tuner:
             self.notes.append(f"no launch analysis: {no_facts}; launch candidates follow --launch-safety alone")
         if self.pipelines and not uses_pipelines(self.space):
             self.notes.append(f"space {self.space.name!r} does not search pipelines; --passes/--pipeline-file are ignored")
+        rounding = [k for k in ROUNDING_KNOBS if k in self.space.dimensions()]
+        if rounding and o.atol is None and o.rtol is None and not o.verification.get("float_rtol"):
+            self.notes.append(
+                f"the space searches {', '.join(rounding)}, whose results round differently from the recorded build; "
+                "without a tolerance (--float-rtol, --rtol/--atol or the recording's annotations) those trials fail verification"
+            )
         size = self.space.size()
         if o.sampler not in EXHAUSTING and size == size and size != float("inf") and size < o.trials:
             self.notes.append(
