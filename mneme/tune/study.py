@@ -198,7 +198,9 @@ def fingerprint_of(obj: Any) -> str:
 def open_study(storage, name: str, directions: Sequence[str], sampler, fingerprints: Dict[str, str], resume: bool):
     """Create the study, or load it when resuming; refuse a resume whose record, space or objective changed."""
     optuna = _optuna()
-    exists = name in [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    # a study whose start failed before its first trial (e.g. a bad setting) holds nothing: a rerun reuses it
+    exists = name in summaries and summaries[name].n_trials > 0
     if exists and not resume:
         raise ConfigurationError(
             f"study {name!r} already exists in this storage; pass --resume to continue it, or --study to name a new one"
