@@ -49,7 +49,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(url: str, timeout: float = 90.0):
+def wait_for(url: str, timeout: float = 300.0):
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -69,11 +69,11 @@ def pick_runs(store: str, experiment: str, n: int):
     flt = "tags.`mneme.role` = 'trial'" + (f" and tags.mlflow.parentRunId = '{sweeps[0].info.run_id}'" if sweeps else "")
     trials = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time ASC"])
     return exp.experiment_id, [r.info.run_id for r in trials if r.info.status == "FINISHED"][:n], \
-        (sweeps[0].info.run_id if sweeps else "")
+        (sweeps[0].info.run_name if sweeps else "")
 
 
 async def drive(url: str, out: Path, params, metric: str, width: int, height: int, runs_url: str = "",
-                runs_out: Path = None, browser_exe: str = "chromium") -> None:
+                runs_out: Path = None, browser_exe: str = "chromium", sweep_name: str = "") -> None:
     import aiohttp
 
     port = free_port()
@@ -111,17 +111,29 @@ async def drive(url: str, out: Path, params, metric: str, width: int, height: in
                     await key("Enter", 13)
 
             await call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+            async def until(expr, seconds=120):
+                for _ in range(int(seconds * 2)):
+                    if await js(expr):
+                        return True
+                    await asyncio.sleep(0.5)
+                return False
+
             if runs_url and runs_out is not None:
                 await call("Page.navigate", url=runs_url)
-                await asyncio.sleep(8)
+                await until(f"document.body.innerText.includes({json.dumps(sweep_name)})")  # the table has loaded
+                await asyncio.sleep(2)
                 await js("(Array.from(document.querySelectorAll('button')).find(b => b.getAttribute('aria-label')==='Close')||{click(){}}).click()")
                 # expand the sweep's parent row so its trials show with their names
-                await js("(Array.from(document.querySelectorAll('button,[role=button]')).find(b => /expand/i.test(b.getAttribute('aria-label')||''))||{click(){}}).click()")
-                await asyncio.sleep(3)
+                await js("(function(){var a=Array.from(document.querySelectorAll('a')).find(x => x.innerText.includes("
+                         f"{json.dumps(sweep_name[:12])}));if(!a)return;var row=a.closest('[role=row]')||a.parentElement.parentElement;"
+                         "var b=row.querySelector('button,[role=button]');if(b)b.click();})()")
+                await until("/ #\\d/.test(document.body.innerText)", 30)
+                await asyncio.sleep(2)
                 shot = await call("Page.captureScreenshot", format="png")
                 runs_out.write_bytes(base64.b64decode(shot["data"]))
             await call("Page.navigate", url=url)
-            await asyncio.sleep(8)
+            await until("document.querySelectorAll('input[type=search]').length >= 2", 120)
+            await asyncio.sleep(3)
             await js("(Array.from(document.querySelectorAll('button')).find(b => b.getAttribute('aria-label')==='Close')||{click(){}}).click()")
             await js("(Array.from(document.querySelectorAll('button')).find(b => b.innerText==='Clear All')||{click(){}}).click()")
             await asyncio.sleep(1)
@@ -154,7 +166,7 @@ def main() -> int:
     ap.add_argument("--size", default="1600x1500")
     a = ap.parse_args()
     browser_exe = ensure_chromium()
-    exp_id, runs, sweep_id = pick_runs(a.store, a.experiment, a.runs)
+    exp_id, runs, sweep_name = pick_runs(a.store, a.experiment, a.runs)
     if not runs:
         print(f"no finished trial runs in experiment {a.experiment!r} of {a.store}", file=sys.stderr)
         return 1
@@ -168,12 +180,12 @@ def main() -> int:
         width, height = (int(v) for v in a.size.split("x"))
         runs_url = f"http://127.0.0.1:{port}/#/experiments/{exp_id}/runs?workflowType=machine_learning"
         asyncio.run(drive(url, Path(a.out), a.params.split(","), a.metric, width, height, runs_url,
-                          Path(a.runs_out) if a.runs_out else None, browser_exe))
+                          Path(a.runs_out) if a.runs_out else None, browser_exe, sweep_name))
     finally:
         import signal
 
         os.killpg(server.pid, signal.SIGTERM)
-        server.wait(20)
+        server.wait(60)
     print("\n".join(p for p in (a.out, a.runs_out) if p))
     return 0
 

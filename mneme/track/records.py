@@ -387,6 +387,9 @@ def experiment_record(
     start, end = epoch_ms(result.start_time), epoch_ms(result.end_time)
     if start is None or end is None or end < start:
         start = end = None
+    else:  # a result answered from the compile cache spans milliseconds: the trial's work is its compile and runs
+        work_ms = int(compile_seconds(result) * 1000 + sum(result.exec_time or []) / 1e6)
+        start = min(start, end - work_ms)
     metrics = list(metrics) + [(str(k), float(v), 0) for k, v in (extra_metrics or {}).items() if math.isfinite(v)]
     return RunRecord(name=name, params=all_params, tags=all_tags, metrics=metrics, artifacts=dict(files),
                      status=status, start_ms=start, end_ms=end)
