@@ -96,6 +96,8 @@ class ApplyRunner:
     tol_type: str = "f32"
     lib: Optional[Path] = None
     quiet: bool = False
+    #: seconds one run of the app may take (None: no bound); a run past it is killed and reported (exit 124)
+    timeout: Optional[float] = None
 
     def env(self, mode: str, stats: Path) -> Dict[str, str]:
         if self.lib is None:
@@ -123,17 +125,25 @@ class ApplyRunner:
             print(f"mneme apply: [{mode} run {round_no + 1}] {' '.join(self.argv)}", file=sys.stderr, flush=True)
         env = self.env(mode, stats)
         t0 = time.perf_counter()
+        timed_out = False
         try:
-            p = subprocess.run(list(self.argv), env=env)
+            p = subprocess.run(list(self.argv), env=env, timeout=self.timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:  # subprocess.run killed it
+            timed_out, rc = True, 124
         except OSError as e:
             raise ConfigurationError(f"cannot run {self.argv[0]}: {e}") from None
         wall = time.perf_counter() - t0
+        if timed_out:
+            st = RunStats(mode, rc, wall, stats_missing=True)
+            st.warnings.append(f"the {mode} run did not end within {self.timeout:g} s and was killed (--app-timeout)")
+            return st
         if not stats.is_file():
-            st = RunStats(mode, p.returncode, wall, stats_missing=True)
+            st = RunStats(mode, rc, wall, stats_missing=True)
             st.warnings.append(f"libapply wrote no statistics ({stats}): the app ended without running its exit "
                                "handlers (killed, or _exit), or libapply was not loaded")
             return st
-        return parse_stats(stats.read_text(), mode, p.returncode, wall)
+        return parse_stats(stats.read_text(), mode, rc, wall)
 
     def rounds(self, n: int = 1) -> List[Dict[str, RunStats]]:
         """n rounds of (observe, apply), alternating, so drift hits both alike; stops after a failed check."""
