@@ -13,7 +13,13 @@ configuration; link is paid once per kernel) at O3, median over kernels, divided
 configuration may take at the goal of 100 configurations per second: its ceiling is the number of
 parallel compile jobs the goal needs when nothing comes from the cache.
 
-Usage: python bench/bench_compile.py [--quick] [--reps N] [--record-dir DIR ...] [--out FILE]
+With `--search N`, each kernel instead compiles N configurations drawn at random from the `standard` preset
+(launch safety from the IR, code knobs included) the way one compile worker does it: the linked module once,
+a CompileCache shared by the draws (code-hash hits, and cubins reused when the PTX is the same). It reports
+distinct configurations per second on one core, and how many draws needed no ptxas (identical PTX) or gave
+machine code that an earlier draw already had (identical binary: the tuner times it once).
+
+Usage: python bench/bench_compile.py [--quick] [--reps N] [--search N] [--record-dir DIR ...] [--out FILE]
 """
 
 from __future__ import annotations
@@ -89,6 +95,71 @@ def measure(db: str, rid: str, reps: int) -> Dict[str, Dict[str, Any]]:
     return {v: stage_row(s, last[v].cubin.registers, last[v].obj_size) for v, s in samples.items()}
 
 
+SEARCH_COLUMNS = [
+    ["example", "example"], ["kernel", "kernel"], ["draws", "draws", "d"], ["distinct", "distinct configs", "d"],
+    ["code_hits", "code-hash hits", "d"], ["ptx_reused", "cubin reused (same PTX)", "d"],
+    ["same_binary", "same binary", "d"], ["compile_s", "compile s", ".2f"], ["configs_per_s", "configs/s/core", ".1f"],
+    ["ms_per_config", "ms/config", ".1f"], ["cpu_ms_per_config", "CPU ms/config", ".1f"],
+    ["configs_per_cpu_s", "configs/CPU-s", ".1f"], ["cubin_share", "cubin share", ".0%"],
+]
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children (ptxas): what a loaded machine does not inflate."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def search(db: str, rid: str, n: int, seed: int = 1) -> Dict[str, Any]:
+    """Compile `n` random draws of the standard preset of one kernel with one shared cache."""
+    import random
+    import time
+
+    from mneme.ir import CompileCache, compile_kernel
+    from mneme.ir.launchsafety import analyze_launch
+    from mneme.replay.pipeline import ReplayPipeline
+    from mneme.tune.presets import preset_space
+    from mneme.tune.space import SpaceContext
+
+    pipe = ReplayPipeline(db, rid, device_id=None)
+    linked = pipe.linked()
+    base = pipe.baseline_config()
+    ctx = SpaceContext(base, pipe.record, pipe.instance, launch_facts=analyze_launch(linked, pipe.kernel_name))
+    space = preset_space("standard", ctx)
+    rng = random.Random(seed)
+    cache = CompileCache()
+    keys, binaries = set(), set()
+    row = {"draws": n, "distinct": 0, "code_hits": 0, "ptx_reused": 0, "same_binary": 0}
+    busy = cubin = 0.0
+    args = pipe.arg_values()
+    cpu0 = _cpu_s()
+    for _ in range(n):
+        cfg = space.derived(space.sample_random(rng))
+        t = time.perf_counter()
+        ck = compile_kernel(linked, pipe.kernel_name, cfg, arch=pipe.arch, static_hash=pipe.record.static_hash,
+                            arg_values=args if cfg.specialize else None, cache=cache)
+        busy += time.perf_counter() - t
+        if ck.cache_hit:
+            row["code_hits"] += 1
+            continue
+        row["distinct"] += 1
+        cubin += ck.cubin_time
+        row["ptx_reused"] += int(ck.cubin_reused)
+        row["same_binary"] += int(ck.binary in binaries)
+        binaries.add(ck.binary)
+        keys.add(ck.code_hash)
+    row["compile_s"] = busy
+    row["cpu_s"] = _cpu_s() - cpu0
+    row["cpu_ms_per_config"] = 1e3 * row["cpu_s"] / row["distinct"] if row["distinct"] else None
+    row["configs_per_cpu_s"] = row["distinct"] / row["cpu_s"] if row["cpu_s"] else None
+    row["configs_per_s"] = row["distinct"] / busy if busy else None
+    row["ms_per_config"] = 1e3 * busy / row["distinct"] if row["distinct"] else None
+    row["cubin_share"] = benchlib.ratio(cubin, busy)
+    return row
+
+
 def stage_row(samples: Dict[str, List[float]], regs: int, size: int) -> Dict[str, Any]:
     """Median milliseconds per stage, the per-configuration total (all but link) and the cubin share."""
     row: Dict[str, Any] = {f"{k}_ms": 1e3 * benchlib.median(samples[k]) for k in STAGES}
@@ -129,6 +200,8 @@ def ratio_line(s: Dict[str, Any]) -> str:
 def main(argv: List[str] = None) -> int:
     ap = benchlib.arguments(NAME, __doc__)
     ap.add_argument("--reps", type=int, default=None, help="repetitions per kernel (default 10; --quick 3)")
+    ap.add_argument("--search", type=int, default=0, metavar="N",
+                    help="compile N random draws of the standard preset per kernel (configs/s per core)")
     ap.add_argument("--record-dir", type=Path, action="append", default=None,
                     help="directory of record DBs (repeatable; default every tests/fixtures/* directory)")
     args = ap.parse_args(argv)
@@ -136,6 +209,29 @@ def main(argv: List[str] = None) -> int:
     dirs = args.record_dir or sorted(p for p in FIXTURES.iterdir() if p.is_dir())
     run = benchlib.Run(NAME, __doc__, args.quick)
     rows: List[Dict[str, Any]] = []
+    if args.search:
+        for k in kernels(dirs):
+            ident = {"example": k["example"], "kernel": k["kernel"]}
+            try:
+                rows.append({**ident, **search(k["db"], k["rid"], args.search)})
+            except Exception as e:  # noqa: BLE001 - one kernel's failure is its row
+                rows.append(benchlib.error_row(ident, e, args.verbose))
+            print(f"  {k['example']}/{k['kernel']} done", file=sys.stderr, flush=True)
+        run.add(benchlib.table(f"Standard-preset search, {args.search} draws per kernel, one core "
+                               f"({benchlib.cpu_model()})", SEARCH_COLUMNS, rows, ident=2))
+        ok = [r for r in rows if "error" not in r and r.get("configs_per_s")]
+        total_s, distinct = sum(r["compile_s"] for r in ok), sum(r["distinct"] for r in ok)
+        cpu_s = sum(r["cpu_s"] for r in ok)
+        run.summary = {"kernels": len(ok), "draws": args.search, "distinct": distinct, "compile_s": total_s,
+                       "configs_per_s_per_core": distinct / total_s if total_s else None, "cpu_s": cpu_s,
+                       "configs_per_cpu_s": distinct / cpu_s if cpu_s else None,
+                       "ptx_reused": sum(r["ptx_reused"] for r in ok), "same_binary": sum(r["same_binary"] for r in ok)}
+        cps = run.summary["configs_per_s_per_core"]
+        run.ratio = (f"{distinct} distinct configurations in {total_s:.1f} s wall on one worker = {cps:.1f} configs/s, "
+                     f"{cpu_s:.1f} CPU-s = {run.summary['configs_per_cpu_s']:.1f} configs per CPU-second "
+                     f"({run.summary['ptx_reused']} without ptxas, {run.summary['same_binary']} identical binaries)"
+                     if cps else "nothing compiled")
+        return run.finish(args.out)
     for k in kernels(dirs):
         ident = {"example": k["example"], "kernel": k["kernel"]}
         try:

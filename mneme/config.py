@@ -83,6 +83,25 @@ class ExperimentConfiguration:
     codegen_method: str = "serial"
     prune: bool = True
     internalize: bool = True
+    # code knobs (mneme/ir/knobs.py says how each reaches the code); at their defaults they change nothing
+    #: 0: the compiler decides; 1: no unrolling; n: llvm.loop.unroll.count n on every loop without a pragma
+    unroll: int = 0
+    #: the inliner's threshold in the default<...> pipelines (0: LLVM's)
+    inline_threshold: int = 0
+    #: loop and SLP vectorization in the default<...> pipelines
+    vectorize: bool = True
+    #: floating-point contraction into FMA (LLVM's `contract`, ptxas --fmad)
+    fma: bool = True
+    #: fast-math flags on every floating-point instruction and flush-to-zero (results round differently)
+    fast_math: bool = False
+    #: ptxas -O level (-1: codegen_opt)
+    ptxas_opt: int = -1
+    #: ptxas --maxrregcount (0: no limit)
+    max_regs: int = 0
+    #: ptxas -dlcm (default load cache: '', 'ca', 'cg', 'cs')
+    dlcm: str = ""
+    #: ptxas --allow-expensive-optimizations true
+    expensive_opts: bool = False
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ExperimentConfiguration":
@@ -112,8 +131,13 @@ class ExperimentConfiguration:
         return replace(self, grid=dim3.from_dict(self.grid), block=dim3.from_dict(self.block)).ground()
 
     def hash(self) -> str:
-        """Stable SHA-256 over the sorted JSON of the grounded configuration."""
-        return _stable_hash(self.grounded().to_dict())
+        """Stable SHA-256 over the sorted JSON of the grounded configuration (code knobs at their defaults are
+        left out, so configurations written before the knobs existed keep their hashes)."""
+        d = self.grounded().to_dict()
+        for k, v in KNOB_DEFAULTS.items():
+            if d.get(k) == v:
+                d.pop(k, None)
+        return _stable_hash(d)
 
     def problems(self, max_shared_mem: int = MAX_SHARED_MEM_SM90) -> List[str]:
         """Every reason this configuration cannot run, each phrased so the user knows what to change."""
@@ -147,10 +171,25 @@ class ExperimentConfiguration:
             out.append(f"codegen_method={self.codegen_method!r} must be one of {list(CODEGEN_METHODS)}")
         if not self.passes or not str(self.passes).strip():
             out.append("passes must name a pipeline, e.g. 'default<O3>'")
+        if not 0 <= int(self.unroll) <= 64:
+            out.append(f"unroll={self.unroll} must be 0 (compiler decides), 1 (no unrolling) or 2..64")
+        if not 0 <= int(self.inline_threshold) <= 255:
+            out.append(f"inline_threshold={self.inline_threshold} must be 0 (LLVM's default) .. 255")
+        if not -1 <= int(self.ptxas_opt) <= 3:
+            out.append(f"ptxas_opt={self.ptxas_opt} must be -1 (same as codegen_opt) or 0..3")
+        if self.max_regs and not 16 <= int(self.max_regs) <= 255:
+            out.append(f"max_regs={self.max_regs} must be 0 (no limit) or 16..255")
+        if self.dlcm not in ("", "ca", "cg", "cs"):
+            out.append(f"dlcm={self.dlcm!r} must be '', 'ca', 'cg' or 'cs'")
         return out
 
     def is_valid(self, max_shared_mem: int = MAX_SHARED_MEM_SM90) -> bool:
         return not self.problems(max_shared_mem)
+
+
+#: the code knobs and their neutral values (see ExperimentConfiguration.hash)
+KNOB_DEFAULTS = {"unroll": 0, "inline_threshold": 0, "vectorize": True, "fma": True, "fast_math": False,
+                 "ptxas_opt": -1, "max_regs": 0, "dlcm": "", "expensive_opts": False}
 
 
 @dataclass
@@ -223,6 +262,12 @@ class ExperimentResult:
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
     verification: str = ""
+    #: instructions in the kernel's PTX (what a knob changed in the code, next to registers and spills)
+    ptx_instructions: int = 0
+    #: SHA-256 of the cubin's code sections (mneme.ir.codegen.binary_digest)
+    binary_digest: str = ""
+    #: config hash of the trial whose run this result reuses: its binary and launch were identical
+    same_binary_as: str = ""
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ExperimentResult":

@@ -30,7 +30,8 @@ def pid_dir(kind: str) -> "tempfile.TemporaryDirectory[str]":
     return tempfile.TemporaryDirectory(prefix=f"mneme-{kind}-{os.getpid()}-")
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this host still runs (a zombie does not)."""
     if pid == os.getpid():
         return True
     try:
@@ -97,7 +98,7 @@ def reap(tmp: Optional[str] = None) -> int:
     removed = 0
     for d in _entries(root, "mneme-*-*"):
         m = _PID_DIR.match(d.name)
-        if m and d.is_dir() and not _alive(int(m.group(1))):
+        if m and d.is_dir() and not pid_alive(int(m.group(1))):
             shutil.rmtree(d, ignore_errors=True)
             removed += not d.exists()
     for f in _entries(root, LOCK_GLOB):

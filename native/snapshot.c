@@ -340,17 +340,32 @@ static int w_ok(mn_writer *w, const char *fn) {
   return 0;
 }
 
+/* Time spent in write/fsync/close by this thread's writers (mn_snapshot_io_ns). */
+static MN_TLS uint64_t g_io_ns;
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t mn_snapshot_io_ns(void) { return g_io_ns; }
+
 static int w_write_all(mn_writer *w, const uint8_t *p, size_t n) {
-  while (n) {
+  uint64_t t0 = mono_ns();
+  int rc = 0;
+  while (n && !rc) {
     ssize_t k = write(w->fd, p, n > (1u << 30) ? (1u << 30) : n);
     if (k < 0) {
       if (errno == EINTR) continue;
-      return w_fail(w, "%s: writing the snapshot failed at byte %" PRIu64 ": %s", w->path, w->flushed,
-                    strerror(errno));
+      rc = w_fail(w, "%s: writing the snapshot failed at byte %" PRIu64 ": %s", w->path, w->flushed,
+                  strerror(errno));
+      break;
     }
     p += k, n -= (size_t)k, w->flushed += (uint64_t)k;
   }
-  return 0;
+  g_io_ns += mono_ns() - t0;
+  return rc;
 }
 
 static int w_flush(mn_writer *w) {
@@ -623,12 +638,14 @@ int mn_writer_close(mn_writer *w) {
     st64(e + 8, w->header_sum);
     rc = rec_begin(w, TAG_END, sizeof e) || rec_put(w, e, sizeof e) || rec_end(w) || w_flush(w) ? -1 : 0;
   }
+  uint64_t t0 = mono_ns();
   if (!rc && fsync(w->fd) != 0)
     rc = w_fail(w, "%s: fsync of the snapshot failed: %s", w->path, strerror(errno));
   if (!rc && close(w->fd) != 0)
     rc = w_fail(w, "%s: closing the snapshot failed: %s", w->path, strerror(errno));
   else if (!rc)
     w->fd = -1;
+  g_io_ns += mono_ns() - t0;
   if (rc) {
     w_free(w); /* g_err still holds the cause */
     return -1;

@@ -151,6 +151,9 @@ int mn_writer_close(mn_writer *w);
 void mn_writer_abort(mn_writer *w);
 /* Bytes written so far (for "stored bytes" accounting). */
 uint64_t mn_writer_bytes(const mn_writer *w);
+/* Nanoseconds the calling thread's writers have spent in write, fsync and close so far (the disk's
+ * share of writing a snapshot; the rest is checksums, diffs and encoding). */
+uint64_t mn_snapshot_io_ns(void);
 
 /* ---- reader ---- */
 mn_snapshot *mn_snapshot_read(const char *path);     /* NULL on error, see mn_last_error() */

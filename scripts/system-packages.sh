@@ -5,6 +5,7 @@ set -euo pipefail
 need=()
 command -v clang++-22 >/dev/null || need+=(clang-22)
 command -v objcopy >/dev/null || need+=(binutils)
+command -v cmake >/dev/null || need+=(cmake)   # docs/CC.md's CMake example is run by the docs test
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ ${#need[@]} -eq 0 ] && exit 0
 SUDO=""

@@ -183,7 +183,8 @@ def test_gpu_chain_runs_its_stages_under_one_budget(tmp_path):
                         str(tmp_path / "pack"), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "r"),
                         "--budget", "18"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    first, second = (stage.read_result(f) for f in sorted((tmp_path / "r").glob("plain-*.json")))
+    results = {f.name: stage.read_result(f) for f in (tmp_path / "r").glob("plain-*.json")}
+    first, second = results["plain-pack.json"], results["plain-pack-2.json"]  # both named by the pack
     assert set(first["apps"]) == {"good", "slow"} and first["remaining"] == []
     assert second["stopped"] == "budget" and "--apps" in p.stdout  # 3 s gone, under 15 s left: nothing started
 
@@ -224,6 +225,13 @@ def test_build_stage_builds_a_cmake_program_then_packs_it(tmp_path):
     res = build.build_stage(apps, stage.Budget(1800), CORPUS, NVCC, "90", scratch=tmp_path / "s", bin_dir=tmp_path / "bin")
     row = res["apps"]["inlinePTX"]
     assert row["built_unmodified"] is True, row.get("build_log")
+    assert row["cudart"] == "static"  # CMake links -lcudart_static
+    if "mneme" in Path(NVCC).name:  # the stripped binary's IR, read back by `mneme ir`
+        p = subprocess.run([str(Path(sys.executable).parent / "mneme"), "ir", "--json",
+                            str(tmp_path / "bin" / "inlinePTX" / "inlinePTX")], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        listed = sorted({k["name"] for m in json.loads(p.stdout)["modules"] for k in m["kernels"]})
+        assert listed and listed == row["ir_kernels"]
     m = build.pack(apps, build.built_apps([res]), bin_dir=tmp_path / "bin", out=tmp_path / "pack", max_mib=64)
     assert m["apps"][0]["exe"] == "bin/inlinePTX/inlinePTX" and (tmp_path / "pack/bin/inlinePTX/inlinePTX").is_file()
     with pytest.raises(ValueError, match="MiB"):
@@ -423,7 +431,7 @@ def test_schema_requires_the_issue_fields():
 def test_render_shows_each_app_and_each_miss_with_its_cause():
     md = render.render(merge.merge(None, synthetic(), ["A", "B", "C"]))
     assert md.startswith("# Corpus campaign") and "corpus: 1/3 built unmodified (1 not built yet)" in md
-    assert "| A | yes | yes | yes | yes | 2 / 1 / 1 | 1.50x |" in md
+    assert "| A | yes | yes | yes | yes | 2 / 1 / 1 | 1.50x (+1.0 s) |" in md
     assert "- **B**: build failed: nvcc fatal : bad flag" in md
     assert "- **A**: kernel `q()` not replayable: cooperative launch" in md
     assert "| A | k(float\\*)" not in md and "| A | k(float*) | 10 | 2 | 50.00 | 51.00 | 1.020 | 50.00 | 1.020 |" in md

@@ -11,9 +11,11 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from mlflow import MlflowClient
 
 from mnemetest import read_artifact
@@ -68,13 +70,15 @@ def test_one_parent_run_with_the_baseline_and_every_trial_nested(swept):
     assert parent.info.status == "FINISHED" and parent.data.tags["mneme.study"] == "saxpy-quick"
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(children) == len(runs) - 1
-    base = [r for r in children if r.info.run_name == "baseline"]
+    base = [r for r in children if r.data.tags["mneme.role"] == "baseline"]
     assert len(base) == 1 and base[0].data.metrics["speedup"] == 1.0
+    assert base[0].info.run_name == base[0].data.params["kernel"] + " baseline"
     s, trials = study_trials(cwd)
     assert s.user_attrs["mneme.mlflow_run_id"] == parent.info.run_id
     assert len(counted(trials)) == 8
     ran = {t.number for t in counted(trials) if "duplicate_of" not in t.user_attrs.get("mneme.result", {})}
-    assert {int(r.data.tags["mneme.trial"]) for r in children if r.info.run_name != "baseline"} == ran
+    assert {int(r.data.tags["mneme.trial"]) for r in children if r.data.tags["mneme.role"] != "baseline"} == ran
+    assert all(r.info.run_name.endswith(f" #{r.data.tags['mneme.trial']}") for r in children if r not in base)
 
 
 def test_trial_runs_have_params_tags_metrics_and_artifacts(swept):
@@ -184,3 +188,17 @@ def test_an_interrupted_sweep_leaves_no_running_run_and_resumes(tmp_path):
     study, trials = study_trials(tmp_path)
     assert len(counted(trials)) == done + 2
     assert study.user_attrs["mneme.mlflow_run_id"] == parent.info.run_id
+
+
+def test_sweep_ends_on_its_summary_and_results_path_with_overrides_in_the_job_logs(swept):
+    cwd, p = swept
+    tail = p.stdout.strip().splitlines()[-3:]
+    results = next(line for line in tail if line.startswith("results: "))
+    out = Path(results.split()[1])
+    assert (out / "summary.txt").is_file() and (out / "best.sh").is_file()
+    hydra_file = Path(next(line for line in tail if line.startswith("Hydra: ")).split()[1])
+    doc = yaml.safe_load(hydra_file.read_text())
+    assert doc["best_params"]["replay.block.x"] > 0 and doc["results"] == str(out)
+    assert "#0 :" not in p.stdout + p.stderr  # no per-job override dumps
+    logs = sorted(cwd.glob("multirun/sweep/*/*/mneme.log"))
+    assert logs and "overrides: " in logs[0].read_text() and "codegen_opt=" in logs[0].read_text()

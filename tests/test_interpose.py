@@ -159,3 +159,24 @@ def test_each_entry_covers_exactly_the_versions_of_its_prototype(path):
         later = [v for v in versions[name] if v > pfn_version]
         expected_hi = later[0] if later else 0
         assert int(hi) == expected_hi, f"{name}: the ABI of {pfn_version} ends at {expected_hi or 'no later version'}"
+
+
+@pytest.mark.parametrize("linkage", ["static", "shared"])
+def test_librecord_engages_for_both_runtimes(built, cudart_apps, linkage, tmp_path):
+    """Before the driver-level recorder, a static-runtime app never reached librecord: no log at all."""
+    import json
+
+    from mneme.record.runner import find_librecord
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_") and k != "LD_PRELOAD"}
+    env.update(LD_LIBRARY_PATH=f"{built / 'fake'}{os.pathsep}{CUDA / 'lib64'}", LD_PRELOAD=str(find_librecord()),
+               MNEME_RECORD_DIR=str(raw))
+    app = cudart_apps[linkage]
+    rec = subprocess.run([str(app)], env=env, capture_output=True, text=True, timeout=60)
+    assert rec.stdout == "cudaGetDeviceCount=100\n", rec.stderr
+    (log,) = raw.glob("r0-p*.jsonl")
+    ev = [json.loads(x) for x in log.read_text().splitlines()]
+    assert ev[0]["ev"] == "start" and ev[0]["exe"] == str(app.resolve())
+    assert ev[-1]["ev"] == "exit"

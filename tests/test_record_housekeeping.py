@@ -76,3 +76,24 @@ def test_copy_refuses_a_db_with_missing_files(recs, tmp_path):
     p = run_mneme("copy", src, tmp_path / "x", check=False)
     assert p.returncode == 2 and "gone.epilogue" in p.stderr and "missing" in p.stderr, p.stderr
     assert not (tmp_path / "x" / Path(src).name).exists(), "nothing half-copied"
+
+
+def test_clean_deletes_only_the_dbs_own_files(recs):
+    """A hand-edited DB that names another DB's IR, or a file its hash and name do not tie to it, keeps them."""
+    dbs = sorted(find_dbs(str(recs / "matmul")))
+    for f in dbs:  # schema 2, with hashes
+        RecordedExecution.from_json(f).to_json()
+    victim, other = json.loads(Path(dbs[0]).read_text()), json.loads(Path(dbs[1]).read_text())
+    victim["Modules"], victim["ModuleSha256"] = other["Modules"], other["ModuleSha256"]
+    stray = recs / "matmul" / "notes.bin"
+    stray.write_bytes(b"mine")
+    inst = next(iter(victim["instances"].values()))
+    own_epilogue = recs / "matmul" / inst["Epilogue"]
+    inst["Epilogue"] = "notes.bin"
+    Path(dbs[0]).write_text(json.dumps(victim))
+    p = run_mneme("clean", dbs[0])
+    assert not Path(dbs[0]).exists() and (recs / "matmul" / inst["Prologue"]).exists() is False
+    assert (recs / "matmul" / other["Modules"][0]).is_file(), "another DB's IR was deleted"
+    assert stray.is_file() and "notes.bin: kept" in p.stderr and "refers to it too" in p.stderr
+    assert own_epilogue.is_file()  # no longer named by the edited DB: not touched
+    RecordedExecution.from_json(dbs[1]).link_llvm_modules()  # the other DB still works

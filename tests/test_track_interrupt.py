@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent("""
     with Tracker(sys.argv[1], "interrupted") as tracker:
         sweep = SweepRun.start(tracker, "sweep")
         sweep.trial(0, ExperimentConfiguration(), None, ExperimentResult(executed=True, verified=True,
-                    exec_time=[5, 6], status="verified"))
+                    exec_time=[5, 6], status="verified"), name="trial-0")
         in_flight = sweep.start_trial("trial-1", tags={"mneme.trial": 1})
         tracker.flush()
         print("ready", flush=True)

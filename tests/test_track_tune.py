@@ -32,9 +32,15 @@ def test_tune_logs_one_parent_and_a_run_per_trial_and_resumes_under_it(tmp_path)
     assert len(parent) == 1 and parent[0].info.status == "FINISHED" and parent[0].info.run_name == "s1"
     assert parent[0].data.params["space"] == "quick" and parent[0].data.params["trials"] == "5"
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
-    assert [r.info.run_name for r in children if r.data.tags["mneme.role"] == "baseline"] == ["baseline"]
+    kernel = children[0].data.params["kernel"]
+    assert kernel and "(" not in kernel  # the short name, an axis in MLflow's compare view
+    assert [r.info.run_name for r in children if r.data.tags["mneme.role"] == "baseline"] == [f"{kernel} baseline"]
     trials = [r for r in children if r.data.tags["mneme.role"] == "trial"]
     assert len(trials) == 5
+    for r in trials:  # named by kernel and what differs from the baseline, e.g. "saxpy b128 O2 #3"
+        assert r.info.run_name.startswith(kernel + " ") and r.info.run_name.endswith(f" #{r.data.tags['mneme.trial']}")
+        assert r.data.params["space"] == "quick" and r.data.params["instance"]
+        assert r.info.end_time - r.info.start_time >= 0
     ok = [r for r in trials if r.info.status == "FINISHED"]
     assert ok and all(r.data.metrics["verified"] == 1 and "speedup" in r.data.metrics for r in ok)
     assert len(client.get_metric_history(ok[0].info.run_id, "exec_time_ns")) == 4

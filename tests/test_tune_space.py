@@ -103,7 +103,8 @@ def test_compiler_preset_keeps_the_launch_and_rejects_bounds_below_the_block():
     space = preset_space("compiler", ctx_for(block=(256, 1, 1), pipelines=["instcombine,sroa"]))
     dims = space.dimensions()
     assert set(dims) == {"passes", "codegen_opt", "specialize", "specialize_dims", "set_launch_bounds", "max_threads",
-                         "min_blocks_per_sm"}
+                         "min_blocks_per_sm", "unroll", "max_regs", "dlcm", "expensive_opts", "inline_threshold",
+                         "vectorize", "fma", "fast_math", "ptxas_opt"}
     assert set(DEFAULT_PIPELINES) | {"instcombine,sroa"} == set(dims["passes"].values())
     assert dims["max_threads"].low == 256 and dims["max_threads"].high == 1024
     params = {"passes": "default<O2>", "codegen_opt": 1, "specialize": True, "specialize_dims": False,

@@ -244,3 +244,32 @@ def test_synthetic_landscape_has_the_documented_optimum():
 
 if __name__ == "__main__":  # pragma: no cover - manual use: write a record DB to a directory
     print(write_record(Path(sys.argv[1])))
+
+
+class ContextKillingBackend(SyntheticBackend):
+    """A block of 64 threads makes an illegal address (a sticky error that kills the CUDA context); at the
+    recorded block, -O2 codegen does (the compile settings are to blame there)."""
+
+    def run(self, compiled, config):
+        if config.block.total() == 64 or (config.block.total() == 128 and config.codegen_opt == 2):
+            return ExperimentResult(status="runtime_error", failed=True,
+                                    error="CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered (sticky)")
+        return super().run(compiled, config)
+
+
+class BinaryBackend(SyntheticBackend):
+    """Compiles default<O2> and default<O3> to the same machine code (equal binary digests); every run is
+    logged to MNEME_TEST_RUN_LOG (pipeline and block), so a test sees which configurations really ran."""
+
+    def compile(self, config):
+        import types
+
+        same = config.passes in ("default<O2>", "default<O3>")
+        return types.SimpleNamespace(binary="O23" if same else config.passes, passes=config.passes, cache_hit=False)
+
+    def run(self, compiled, config):
+        log = os.environ.get("MNEME_TEST_RUN_LOG")
+        if log:
+            with open(log, "a") as fd:
+                fd.write(f"{config.passes} {config.block.x}\n")
+        return super().run(compiled, config)

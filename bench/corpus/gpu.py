@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import statistics
@@ -65,7 +66,12 @@ class Ctx:
         self.entries = {e["name"]: e for e in manifest["apps"]}
 
     def exe(self, app: App) -> Path:
-        return (self.pack_dir / self.entries[app.name]["exe"]).resolve()
+        exe = (self.pack_dir / self.entries[app.name]["exe"]).resolve()
+        if not exe.is_file():
+            raise FileNotFoundError(f"{exe}: not in the pack; carry .corpus/pack made by `corpus.sh pack --apps {app.name}`")
+        if not os.access(exe, os.X_OK):  # a copy that lost its mode bits
+            exe.chmod(exe.stat().st_mode | 0o755)
+        return exe
 
     def run_dir(self, app: App, what: str) -> Path:
         d = self.work / app.name / what
@@ -181,6 +187,7 @@ def record_app(app: App, budget: stage.Budget, ctx: Ctx, with_plain: bool = True
             return row
     rdb = ctx.rdb(app)
     shutil.rmtree(rdb, ignore_errors=True)
+    (ctx.work / app.name / "replay.json").unlink(missing_ok=True)  # it described the previous recording
     limit = budget.cap(ctx.app_timeout * 4)
     p = stage.run(record_argv(ctx, app, rdb), timeout=limit, cwd=ctx.run_dir(app, "record"))
     if _cut(p, limit, ctx.app_timeout * 4):
@@ -216,8 +223,14 @@ def ensure_recorded(app: App, budget: stage.Budget, ctx: Ctx) -> Tuple[List[Dict
 
 # ---- replay --------------------------------------------------------------------------------------
 
+#: baseline replays that learn which bytes vary between identical runs (float atomics, work queues,
+#: scratch) before the instance is verified (docs/VERIFY.md)
+VERIFY_RUNS = 3
+
+
 def replay_argv(db: Path, rid: str, out_json: Path, iterations: int = 10) -> List[str]:
-    return mneme("replay", "-rdb", str(db), "-rid", rid, "--iterations", str(iterations), "--json", str(out_json))
+    return mneme("replay", "-rdb", str(db), "-rid", rid, "--iterations", str(iterations), "--json", str(out_json),
+                 "--verify-runs", str(VERIFY_RUNS))
 
 
 def parse_replay(doc: Dict[str, Any], in_app_ns: Optional[float]) -> Dict[str, Any]:

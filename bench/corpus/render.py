@@ -72,7 +72,7 @@ def render(doc: Dict[str, Any]) -> str:
     compilers = sorted({a["compiler"] for a in doc["apps"] if a.get("compiler")})
     lines = [HEADER, f"GPU: {doc.get('gpu') or '-'}, driver {doc.get('driver') or '-'}. "
              f"Compiler ($NVCC): {'; '.join(compilers) or '-'}.", "",
-             "```", doc.get("summary", ""), "```", "", "## Programs", "",
+             "```text", doc.get("summary", ""), "```", "", "## Programs", "",
              "| app | built | plain | recorded | recorded ok | kernels rec / replayable / verified | "
              "record overhead | fidelity (median, n) | fidelity_ncu | tune verified | best speedup | stages |",
              "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
@@ -83,7 +83,8 @@ def render(doc: Dict[str, Any]) -> str:
         fn = median(a.get("fidelity_ncu") or [])
         lines.append("| " + " | ".join([
             a["name"], yn(a["built_unmodified"]), yn(a["app_ok_plain"]), yn(a["recorded"]), yn(a["app_ok_recorded"]),
-            counts, num(a["record_overhead"], ".2f", "x"),
+            counts, num(a["record_overhead"], ".2f", "x") + (f" (+{a['record_added_s']:.1f} s)"
+                                                              if a.get("record_added_s") is not None else ""),
             f"{num(fm, '.3f')} ({len(a['fidelity'])})" if a["fidelity"] else "-", num(fn, ".3f"),
             num(a["tune_verified_fraction"], ".0%"), num(a["best_speedup"], ".3f", "x"), cell(stamps(a))]) + " |")
     lines += ["", "## Misses and their causes", ""]

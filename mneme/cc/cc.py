@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from mneme.cc import cmdline
 from mneme.cc.cmdline import Invocation, Source
@@ -248,9 +248,48 @@ def _remove(path: str) -> None:
         pass
 
 
+HELP = """usage: mneme cc [clang options] FILES...   (also installed as mneme-cc, for CMake)
+
+A drop-in C++/CUDA compiler for Make and CMake: clang++-22 in CUDA mode, plus what mneme adds:
+  * each CUDA translation unit's device LLVM bitcode embedded in its object (`mneme ir` lists it), so
+    `mneme record` finds the IR of every kernel the app launches
+  * nvcc's conveniences: -x cuda for .cu, --cuda-gpu-arch=sm_90 by default (MNEME_CUDA_ARCH), CCCL and
+    CUDA includes, nvcc builtins clang lacks, -arch=sm_NN / --gpu-architecture spellings
+  * links against the shared libcudart (the recorder interposes on it) and device-links -fgpu-rdc code
+  * -v or MNEME_CC_VERBOSE=1 prints every command it runs; #include <mneme/tolerance.h> works everywhere
+
+example: mneme cc -O2 -o app app.cu && mneme ir ./app       (more: docs/CC.md)
+
+clang's own options follow.
+"""
+
+
+def run_reporting(prog: str, body: Callable[[], int]) -> int:
+    """Runs a compiler driver's `body`; errors become one `<prog>: error: ...` line and an exit code
+    (the failing step's, 2 for a configuration error, 130 when interrupted)."""
+    try:
+        return body()
+    except BuildError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return e.returncode or 1
+    except MnemeError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+    if argv and argv[0] in ("--help", "-help", "-h"):
+        print(HELP, flush=True)
+        try:
+            return subprocess.run([find_clang(), "--help"]).returncode
+        except MnemeError as e:
+            print(f"{PROG}: clang's help unavailable: {e}", file=sys.stderr)
+            return 0
+
+    def body() -> int:
         inv = cmdline.parse(argv)
         verbose = inv.verbose or os.environ.get("MNEME_CC_VERBOSE", "") not in ("", "0")
         if inv.mode == "info":  # --version, -print-*, -dumpmachine: clang answers
@@ -263,14 +302,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             driver.link()
         return 0
-    except BuildError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return e.returncode or 1
-    except MnemeError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+
+    return run_reporting(PROG, body)
 
 
 def console_main() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import llvmlite.binding as llvm
 
@@ -132,7 +132,8 @@ def parse_info_log(log: str) -> Dict[str, Dict[str, int]]:
     return funcs
 
 
-def nvjitlink_options(arch: str, opt: int, method: str, threads: Optional[int] = None) -> List[str]:
+def nvjitlink_options(arch: str, opt: int, method: str, threads: Optional[int] = None,
+                      extra: Sequence[str] = ()) -> List[str]:
     check_arch(arch)
     if not 0 <= int(opt) <= 3:
         raise CompileError(f"codegen_opt={opt} must be 0..3")
@@ -142,6 +143,7 @@ def nvjitlink_options(arch: str, opt: int, method: str, threads: Optional[int] =
     opts.append(f"-O{opt}" if opt in (0, 3) else f"-Xptxas=-O{opt}")
     if method == "parallel":
         opts.append(f"-split-compile={threads or os.cpu_count() or 1}")
+    opts += [f"-Xptxas={flag}" for flag in extra]
     return opts
 
 
@@ -161,12 +163,14 @@ def link_cubin(
     kernel: Optional[str] = None,
     threads: Optional[int] = None,
     using: Optional[str] = None,
+    extra: Sequence[str] = (),
 ) -> CubinResult:
-    """PTX -> cubin with `using` (default: `assembler()`); resources are the kernel's (or the first entry's)."""
-    options = nvjitlink_options(arch, opt, method, threads)  # also validates arch, level and method
+    """PTX -> cubin with `using` (default: `assembler()`); resources are the kernel's (or the first entry's).
+    `extra`: ptxas flags (mneme.ir.knobs.CodeKnobs.ptxas_flags)."""
+    options = nvjitlink_options(arch, opt, method, threads, extra)  # also validates arch, level and method
     using = using or assembler()
     if using == "ptxas":
-        cubin, info = ptxas.assemble(ptx, arch, opt, method, threads)
+        cubin, info = ptxas.assemble(ptx, arch, opt, method, threads, extra)
         return _result(cubin, info, ptxas.parse_log(info, cubin), kernel)
     if using != "nvjitlink":
         raise CompileError(f"unknown assembler {using!r}; choose one of {list(ASSEMBLERS)}")
@@ -211,3 +215,34 @@ def codegen(
 ) -> CubinResult:
     """PTX and cubin in one call (the seeds' codegen_object); changes `mod` like emit_ptx."""
     return link_cubin(emit_ptx(mod, arch, codegen_opt), arch, codegen_opt, codegen_method, kernel=kernel)
+
+
+#: cubin sections that carry no code: the tool's command line (ptxas options), which differ for equal code
+_NON_CODE_SECTIONS = (".note.nv.tkinfo",)
+
+
+def binary_digest(cubin: bytes) -> str:
+    """SHA-256 over the cubin's sections except the tool notes: equal digests mean the GPU runs the same code
+    with the same resources, however the configurations that produced it differ."""
+    import hashlib
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    h = hashlib.sha256(b"mneme-binary-v1\0")
+    try:
+        secs = sorted((s.name, s.data()) for s in ELFFile(io.BytesIO(cubin)).iter_sections()
+                      if s.name not in _NON_CODE_SECTIONS and s.header.sh_type != "SHT_NOBITS")
+    except Exception:  # noqa: BLE001 - not an ELF we can read: the bytes themselves
+        return hashlib.sha256(cubin).hexdigest()
+    for name, data in secs:
+        h.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()
+
+
+_PTX_INSTR = re.compile(r"^\s*(?:@!?%\w+\s+)?[a-z][\w.]*(?:\s[^;]*)?;", re.M)
+
+
+def ptx_instruction_count(ptx: str) -> int:
+    """Instructions in PTX text (directives, labels, declarations and comments are not counted)."""
+    return sum(1 for _ in _PTX_INSTR.finditer(ptx))

@@ -22,9 +22,13 @@ import llvmlite.binding as llvm
 
 from mneme.config import ExperimentConfiguration
 from mneme.errors import ConfigurationError
-from mneme.ir.codegen import CubinResult, assembler, assembler_version, emit_ptx, link_cubin, nvjitlink_options
+from mneme.ir.codegen import (
+    CubinResult, assembler, assembler_version, binary_digest, emit_ptx, link_cubin, nvjitlink_options,
+    ptx_instruction_count,
+)
 from mneme.ir.hashing import code_hash as make_code_hash
 from mneme.ir.hashing import static_hash as make_static_hash
+from mneme.ir.knobs import CodeKnobs
 from mneme.ir.module import kernel_function
 from mneme.ir.params import ParamInfo, kernel_params
 from mneme.ir.pipeline import optimize, parse_pipeline
@@ -53,6 +57,12 @@ class CompiledKernel:
     cache_hit: bool = False
     #: the PTX -> cubin tool (codegen.ASSEMBLERS)
     assembler: str = ""
+    #: codegen.binary_digest of the cubin: equal for equal machine code, whatever produced it
+    binary: str = ""
+    #: instructions in the PTX (codegen.ptx_instruction_count)
+    ptx_instructions: int = 0
+    #: the PTX equalled that of an earlier compile (same assembler options): its cubin was reused, ptxas skipped
+    cubin_reused: bool = False
 
     @property
     def codegen_time(self) -> float:
@@ -121,7 +131,8 @@ class CompileCache:
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._mem)
+        """Compiled variants held (by code hash; the PTX-keyed cubins are not counted)."""
+        return sum(1 for k in self._mem if not k.startswith("ptx-"))
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.mck"
@@ -137,6 +148,8 @@ class CompileCache:
             if ck is not None:
                 with self._lock:
                     self._mem[key] = ck
+        if key.startswith("ptx-"):  # a cubin by its PTX (ptx_key): not a compile-cache lookup
+            return ck
         with self._lock:
             if ck is None:
                 self.misses += 1
@@ -144,16 +157,18 @@ class CompileCache:
             self.hits += 1
         return replace(ck, cache_hit=True)
 
-    def put(self, ck: CompiledKernel) -> None:
+    def put(self, ck: CompiledKernel, key: Optional[str] = None) -> None:
+        """Store `ck` under `key` (default: its code hash)."""
+        key = key or ck.code_hash
         with self._lock:
-            self._mem[ck.code_hash] = replace(ck, cache_hit=False)
+            self._mem[key] = replace(ck, cache_hit=False)
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{ck.code_hash[:16]}.", suffix=".tmp")
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(_encode(ck))
-                os.replace(tmp, self._path(ck.code_hash))
+                os.replace(tmp, self._path(key))
             except BaseException:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
@@ -170,6 +185,22 @@ _DEFAULT_CACHE = CompileCache()
 def default_cache() -> CompileCache:
     """The process-wide in-memory cache compile_kernel uses unless told otherwise."""
     return _DEFAULT_CACHE
+
+
+_PRINTED: "Dict[int, tuple]" = {}
+
+
+def _printed(mod: llvm.ModuleRef) -> str:
+    """The module's IR text, printed once per module (compile_kernel never changes the linked module); the entry
+    holds the module, so its id is not reused while cached."""
+    hit = _PRINTED.get(id(mod))
+    if hit is not None and hit[0] is mod:
+        return hit[1]
+    text = str(mod)
+    if len(_PRINTED) >= 4:
+        _PRINTED.pop(next(iter(_PRINTED)))
+    _PRINTED[id(mod)] = (mod, text)
+    return text
 
 
 def config_specialization(
@@ -228,8 +259,9 @@ def compile_kernel(
     if static_hash is None:
         static_hash = make_static_hash(linked_mod, kernel_name)
     using = assembler()
+    knobs = CodeKnobs.of(config)
     key = make_code_hash(static_hash, spec, pipeline, config.codegen_opt, config.codegen_method, arch, using,
-                         toolchain=_toolchain_tag(using))
+                         toolchain=_toolchain_tag(using), knobs=knobs.describe())
     store = default_cache() if cache is None else (None if cache is False else cache)
     if store is not None:
         hit = store.get(key)
@@ -238,17 +270,24 @@ def compile_kernel(
 
     ir_arch, ir_ptx = function_target(fn)
     retarget = arch if ir_arch and ir_arch != arch else None
-    if spec or retarget:
-        mod = reparse(rewrite_ir(str(linked_mod), kernel_name, spec, fn, params, retarget), kernel_name)
+    if spec or retarget or knobs.rewrites_ir:
+        text = rewrite_ir(_printed(linked_mod), kernel_name, spec, fn, params, retarget)
+        mod = reparse(knobs.rewrite(text), kernel_name)
     else:
         mod = linked_mod.clone()
     t1 = time.perf_counter()
-    optimize(mod, pipeline, arch, config.codegen_opt)
+    optimize(mod, pipeline, arch, config.codegen_opt, tuning=knobs)
     ll = str(mod) if keep_ll else None
     t2 = time.perf_counter()
     ptx = emit_ptx(mod, arch, config.codegen_opt, ir_ptx or DEFAULT_PTX)
     t3 = time.perf_counter()
-    cubin = link_cubin(ptx, arch, config.codegen_opt, config.codegen_method, kernel=kernel_name, using=using)
+    asm_opt, flags = knobs.assembler_opt(config.codegen_opt), knobs.ptxas_flags()
+    pkey = ptx_key(ptx, arch, asm_opt, config.codegen_method, using, flags, kernel_name)
+    earlier = store.get(pkey) if store is not None else None
+    if earlier is not None:
+        cubin = earlier.cubin
+    else:
+        cubin = link_cubin(ptx, arch, asm_opt, config.codegen_method, kernel=kernel_name, using=using, extra=flags)
     t4 = time.perf_counter()
     ck = CompiledKernel(
         code_hash=key,
@@ -263,7 +302,22 @@ def compile_kernel(
         ptx_time=t3 - t2,
         cubin_time=t4 - t3,
         assembler=using,
+        binary=binary_digest(cubin.cubin),
+        ptx_instructions=ptx_instruction_count(ptx),
+        cubin_reused=earlier is not None,
     )
     if store is not None:
         store.put(ck)
+        if earlier is None:
+            store.put(ck, key=pkey)
     return ck
+
+
+def ptx_key(ptx: str, arch: str, opt: int, method: str, using: str, flags, kernel: str) -> str:
+    """The cache key of a cubin by what the assembler sees: PTX text, target, level, method and flags."""
+    import hashlib
+
+    h = hashlib.sha256(b"mneme-ptx-v1\0")
+    h.update(json.dumps([arch, int(opt), method, using, list(flags), kernel]).encode() + b"\0")
+    h.update(ptx.encode())
+    return "ptx-" + h.hexdigest()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, List, Mapping, Union
+from typing import Any, List, Mapping, Optional, Union
 
 import llvmlite.binding as llvm
 
@@ -108,6 +108,7 @@ def code_hash(
     arch: str,
     assembler: str = "ptxas",
     toolchain: str = "",
+    knobs: Optional[Mapping[str, Any]] = None,
 ) -> str:
     """SHA-256 (hex) naming one compiled variant: equal hashes mean identical code. `static_hash` must be
     the hash of the IR being compiled (not a DB's word for it); the PTX assembler (whole-program ptxas or
@@ -126,4 +127,6 @@ def code_hash(
     }
     if toolchain:
         doc["toolchain"] = toolchain
+    if knobs:  # only set knobs (mneme.ir.knobs): hashes of code without them stay as they were
+        doc["knobs"] = dict(knobs)
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

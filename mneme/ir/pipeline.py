@@ -226,9 +226,15 @@ def _mark_size(mod: llvm.ModuleRef, size_level: int) -> None:
             fn.add_function_attribute(a)
 
 
-def _run_level(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: str) -> None:
+def _run_level(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: str, tuning=None) -> None:
     speed, size = LEVELS[level]
     pto = llvm.create_pipeline_tuning_options(speed_level=speed)
+    if tuning is not None:  # mneme.ir.knobs.CodeKnobs
+        if tuning.inline_threshold:
+            pto.inlining_threshold = int(tuning.inline_threshold)
+        if not tuning.vectorize:
+            pto.loop_vectorization = False
+            pto.slp_vectorization = False
     if size:
         _mark_size(mod, size)
         # llvmlite declares this setter's C parameter as bool but stores the byte; below 256 it holds
@@ -247,8 +253,10 @@ def _run_passes(mod: llvm.ModuleRef, tm: llvm.TargetMachine, names: Tuple[str, .
     pm.run(mod, pass_builder(tm))
 
 
-def optimize(mod: llvm.ModuleRef, passes="default<O3>", arch: str = "sm_90", codegen_opt: int = 3) -> llvm.ModuleRef:
-    """Run a pipeline (string or parsed) on `mod` in place and return it.
+def optimize(mod: llvm.ModuleRef, passes="default<O3>", arch: str = "sm_90", codegen_opt: int = 3,
+             tuning=None) -> llvm.ModuleRef:
+    """Run a pipeline (string or parsed) on `mod` in place and return it. `tuning` (mneme.ir.knobs.CodeKnobs)
+    sets the default pipelines' inlining threshold and vectorization.
 
     The target machine (arch, codegen level) lets the NVPTX backend add its own IR passes and cost
     model to the default pipelines, as clang does.
@@ -257,7 +265,7 @@ def optimize(mod: llvm.ModuleRef, passes="default<O3>", arch: str = "sm_90", cod
     tm = target_machine(arch, codegen_opt)
     for stage in pipeline.stages:
         if stage.level is not None:
-            _run_level(mod, tm, stage.level)
+            _run_level(mod, tm, stage.level, tuning)
         else:
             _run_passes(mod, tm, stage.passes)
     return mod

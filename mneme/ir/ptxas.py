@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from mneme.errors import CompileError
 from mneme.tmpfiles import pid_dir
@@ -54,14 +54,16 @@ def ptxas_version(exe: str) -> str:
     return m.group(1) if m else "unknown"
 
 
-def ptxas_options(arch: str, opt: int, method: str, threads: Optional[int] = None) -> List[str]:
-    opts = ["--gpu-name", arch, f"-O{int(opt)}", "--verbose"]
+def ptxas_options(arch: str, opt: int, method: str, threads: Optional[int] = None,
+                  extra: Sequence[str] = ()) -> List[str]:
+    opts = ["--gpu-name", arch, f"-O{int(opt)}", "--verbose", *extra]
     if method == "parallel":
         opts += ["--split-compile", str(threads or os.cpu_count() or 1)]
     return opts
 
 
-def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] = None) -> Tuple[bytes, str]:
+def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] = None,
+             extra: Sequence[str] = ()) -> Tuple[bytes, str]:
     """(cubin, ptxas's verbose log) for `ptx`; a CompileError carries what ptxas said."""
     exe = find_ptxas()
     if exe is None:
@@ -73,7 +75,7 @@ def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] 
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
         try:
-            p = subprocess.run([exe, *ptxas_options(arch, opt, method, threads), "-o", str(out), str(src)],
+            p = subprocess.run([exe, *ptxas_options(arch, opt, method, threads, extra), "-o", str(out), str(src)],
                                capture_output=True, text=True)
         except OSError as e:
             raise CompileError(f"could not run {exe}: {e}") from None

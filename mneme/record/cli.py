@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retime", type=int, default=10, metavar="N",
                         help="time each new instance N more times on its restored prologue, so the in-app median "
                              "is not one cold launch (0: only the recorded launch; default 10)")
+    parser.add_argument("--retime-budget", type=float, default=1.0, metavar="SECONDS",
+                        help="and rerun it for at most this long (the first rerun always runs; a kernel whose last "
+                             "recorded launch took longer is not rerun; 0: no bound; default 1)")
     parser.add_argument("--keep-raw", action="store_true", help="keep the recorder's raw log next to the DB")
     parser.add_argument("--quiet", action="store_true", help="no progress while the app runs")
     parser.add_argument("app", nargs=argparse.REMAINDER, help="-- then the app and its arguments")
@@ -55,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         va_size_gib=args.va_size,
         epilogue_format=args.epilogue_format,
         retime=args.retime,
+        retime_budget_s=args.retime_budget,
         record_ranks=args.record_ranks,
         va_base=args.va_base,
         pinned_size_gib=args.pinned_size,
@@ -65,10 +69,13 @@ def run(args: argparse.Namespace) -> int:
     for k in outcome.kernels:
         print(f"  {k.line()}")
     if not outcome.kernels:
-        print("  no kernel launch was recorded (did the app launch kernels through the shared libcudart?)")
+        print("  no kernel launch was recorded (did the app find the CUDA driver and launch a kernel?)")
     if outcome.kernels_without_ir:
         print(f"mneme record: no IR for {len(outcome.kernels_without_ir)} kernel(s) (app not built with `mneme cc`): "
               + ", ".join(outcome.kernels_without_ir))
+    line = outcome.recorder_time_line()
+    if line:
+        print(f"mneme record: {line}")
     for w in outcome.warnings:
         print(f"mneme record: warning: {w}", file=sys.stderr)
     if not outcome.complete:

@@ -283,11 +283,29 @@ def relocate(db_paths: List[str], dest: str, move: bool) -> List[str]:
     dest_dir = Path(dest)
     if dest_dir.exists() and not dest_dir.is_dir():
         raise RecordError(f"{dest} is not a directory")
+    made = [d for d in [dest_dir, *dest_dir.parents] if not d.exists()]
     try:
         dest_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        _rmdirs(made)
         raise RecordError(f"{dest}: cannot create the destination directory ({e.strerror or e})") from None
-    return [_relocate_one(p, dest_dir, move) for p in db_paths]
+    written: List[str] = []
+    try:
+        for p in db_paths:
+            written.append(_relocate_one(p, dest_dir, move))
+    except BaseException:
+        if not written:
+            _rmdirs(made)  # nothing was copied: the destination is as it was
+        raise
+    return written
+
+
+def _rmdirs(dirs: List[Path]) -> None:
+    for d in dirs:  # innermost first
+        try:
+            d.rmdir()
+        except OSError:
+            pass
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:

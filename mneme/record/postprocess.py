@@ -76,6 +76,21 @@ class RecordOutcome:
     processes: int
     errors: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
+    #: the recorder's own time over this run's recorded instances (RECORDER_TIME's names, summed)
+    recorder_time: Dict[str, int] = field(default_factory=dict)
+    recorded_instances: int = 0
+
+    def recorder_time_line(self) -> Optional[str]:
+        """Where the recorder's time went, or None when it recorded nothing (or an older recorder did)."""
+        t = self.recorder_time
+        if not self.recorded_instances or "record_ns" not in t:
+            return None
+        s = lambda key: t.get(key, 0) / 1e9  # noqa: E731
+        copied = t.get("copy_bytes", 0)
+        rate = f" ({copied / t['copy_ns']:.2f} GB/s over {copied / 1e9:.3f} GB)" if t.get("copy_ns") else ""
+        return (f"recorder time {s('record_ns'):.3f} s for {self.recorded_instances} instance(s): "
+                f"copy {s('copy_ns'):.3f} s{rate}, hash/diff {s('diff_ns'):.3f} s, write {s('write_ns'):.3f} s, "
+                f"retime {s('retime_ns'):.3f} s")
 
     @property
     def kernels_without_ir(self) -> List[str]:
@@ -278,6 +293,8 @@ class _Writer:
                 a["Cooperative"] = True
             if raw.attrs:
                 a["OtherLaunchAttributes"] = raw.attrs
+            if raw.recorder_time:
+                a["RecorderTime"] = dict(raw.recorder_time)
             attrs[dh] = a
             new += 1
         return insts, attrs, new
@@ -315,6 +332,8 @@ class _Writer:
         extra["Launches"] = int(extra.get("Launches", 0)) + self.kr.launches
         extra["InstanceAttributes"] = attrs
         extra["SourceModules"] = list(self.ir.modules) if self.ir else []
+        if self.ir is not None:
+            extra["BuildSettings"] = dict(self.ir.build)  # the app's device build flags: the replay baseline's
         prov = dict(self.db.provenance) if self.db else {}
         runs = list(prov.get("runs", []))
         runs += [_provenance_entry(lg) for lg in self.kr.logs]
@@ -399,6 +418,10 @@ def postprocess(raw_dir: Path, db_dir: Path, index: Optional[IRIndex] = None, ke
     for lg in logs:
         outcome.errors += [f"{lg.path.name}: {e}" for e in lg.errors]
         outcome.warnings += [f"{lg.path.name}: {w}" for w in lg.warnings]
+        for inst in lg.instances.values():
+            outcome.recorded_instances += 1
+            for key, v in inst.recorder_time.items():
+                outcome.recorder_time[key] = outcome.recorder_time.get(key, 0) + v
     index = index or IRIndex()
     for lg in logs:
         for obj in lg.objects:

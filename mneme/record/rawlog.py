@@ -41,6 +41,11 @@ FOREIGN_TEXT = {
 }
 
 
+#: the recorder's time split per recorded instance: raw-log field -> name in the DB's InstanceAttributes
+RECORDER_TIME = {"t_copy": "copy_ns", "copy_bytes": "copy_bytes", "t_diff": "diff_ns", "t_write": "write_ns",
+                 "t_retime": "retime_ns", "t_record": "record_ns"}
+
+
 @dataclass
 class RawInstance:
     """One recorded instance as the recorder logged it."""
@@ -67,6 +72,8 @@ class RawInstance:
     samples: List[int] = field(default_factory=list)
     stored_bytes: int = 0
     blob_bytes: int = 0
+    #: the recorder's own time for this instance (ns; copy_bytes in bytes), see RECORDER_TIME
+    recorder_time: Dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -173,6 +180,7 @@ def _apply(log: ProcessLog, ev: Dict[str, Any]) -> None:
             blob_bytes=int(ev.get("blob_bytes", 0)),
             # timed reruns of the app's kernel on the prologue (MNEME_RETIME), warm where t_ns may be cold
             samples=[int(t) for t in ev.get("rt", [])],
+            recorder_time={name: int(ev[f]) for f, name in RECORDER_TIME.items() if f in ev},
         )
     elif kind == "occ":
         inst = log.instances.get(int(ev["i"]))

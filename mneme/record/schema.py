@@ -13,10 +13,9 @@ line each: `FILE: instances.<hash>.BlockDims.x: expected an integer, got 256.7`.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Tuple
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from typing_extensions import Annotated
 
 SCHEMA_VERSION = 2
 #: versions this mneme reads (older ones through a migration)

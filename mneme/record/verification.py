@@ -287,7 +287,6 @@ def policies(expected: Snapshot, *, types: Optional[Mapping[Key, str]] = None,
     by_key: Dict[Key, List[Check]] = {}
     for c in base_plan:
         by_key.setdefault((c.kind, c.key), []).append(c)
-    annots = annotations if annotations is not None else expected.annotations
     out: List[BufferPolicy] = []
     for kind, key, base, size in _regions(expected):
         k: Key = (kind, key)
@@ -345,8 +344,9 @@ def _rules(p: BufferPolicy, base: int, size: int, cal: Optional[Calibration], fl
         return _cover(k, base, size, skipped, None)
     p.how = "exact"
     what = f"{elem} buffer" if elem else "buffer of unknown element type"
-    p.note = p.note + ("; " if p.note else "") + (f"{n_vary} B of this {what} vary between identical runs ({cal.states} runs) and could not be shown "
-              "to be scratch; compared exactly")
+    p.note = p.note + ("; " if p.note else "") + (f"{n_vary} B of this {what} vary between identical runs "
+                                                  f"({cal.states} runs) and could not be shown to be scratch; "
+                                                  "compared exactly")
     return [Check(k[0], k[1], base, 0, size)]
 
 

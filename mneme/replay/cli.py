@@ -30,14 +30,23 @@ CONFIG_FLAGS: List[Tuple[Tuple[str, ...], str, Any, str]] = [
     (("--shared-mem", "-shem"), "shared_mem", int, "dynamic shared memory bytes"),
     (("--max-threads",), "max_threads", int, "launch bound: max threads per block"),
     (("--min-blocks-per-sm", "--min-threads-per-block"), "min_blocks_per_sm", int,
-     "launch bound: min blocks per SM (--min-threads-per-block is the seeds' name for the same field)"),
+     "launch bound: min blocks per SM (--min-threads-per-block is an alias)"),
     (("--codegen-opt", "-co"), "codegen_opt", int, "backend optimization level 0-3"),
-    (("--codegen-method",), "codegen_method", str, "serial | parallel (the assembler's split compilation over several threads)"),
+    (("--codegen-method",), "codegen_method", str, "the assembler: serial, or parallel (split compilation over several threads)"),
+    (("--unroll",), "unroll", int, "loop unroll count on every loop without a pragma (0: compiler decides, 1: none)"),
+    (("--inline-threshold",), "inline_threshold", int, "inliner threshold of the default pipelines (0: LLVM's; <=255)"),
+    (("--ptxas-opt",), "ptxas_opt", int, "ptxas -O level (-1: the codegen level)"),
+    (("--max-regs",), "max_regs", int, "ptxas --maxrregcount (0: no limit)"),
+    (("--dlcm",), "dlcm", str, "ptxas default load cache: ca | cg | cs ('' default)"),
 ]
 BOOL_FLAGS = [
     (("--specialize",), ("--no-specialize",), "specialize", "specialize scalar arguments to their recorded values"),
     (("--specialize-dims", "-sdims"), ("--no-specialize-dims",), "specialize_dims", "specialize launch dimensions"),
     (("--set-launch-bounds", "-slb"), ("--no-launch-bounds",), "set_launch_bounds", "inject launch bounds"),
+    (("--fast-math",), ("--no-fast-math",), "fast_math", "fast-math flags and flush-to-zero (rounds differently)"),
+    (("--fma",), ("--no-fma",), "fma", "floating-point contraction into FMA (default on)"),
+    (("--vectorize",), ("--no-vectorize",), "vectorize", "loop and SLP vectorization (default on)"),
+    (("--expensive-opts",), ("--no-expensive-opts",), "expensive_opts", "ptxas --allow-expensive-optimizations true"),
 ]
 
 #: (flags, MeasurementSettings field, type, help) — the verification flags of `mneme replay` and `mneme tune`
@@ -69,7 +78,12 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("replay configuration (defaults: the recorded instance)")
     g.add_argument("passes", nargs="?", default=None, help="pass pipeline in opt syntax, e.g. 'default<O3>'")
     for flags, path, typ, help_text in CONFIG_FLAGS:
-        g.add_argument(*flags, dest="cfg:" + path, type=typ, default=None, help=help_text)
+        metavar = ("BYTES" if path == "shared_mem" else "N") if typ is int else None
+        choices = {"codegen_method": ("serial", "parallel"), "dlcm": ("", "ca", "cg", "cs")}.get(path)
+        if path == "dlcm":
+            metavar = "{ca,cg,cs}"
+        g.add_argument(*flags, dest="cfg:" + path, type=typ, default=None, metavar=metavar, choices=choices,
+                       help=help_text)
     for on, off, name, help_text in BOOL_FLAGS:
         g.add_argument(*on, dest="cfg:" + name, action="store_const", const=True, default=None, help=help_text)
         g.add_argument(*off, dest="cfg:" + name, action="store_const", const=False, help=argparse.SUPPRESS)
@@ -171,6 +185,21 @@ def summary(pipe, config: ExperimentConfiguration, r: ExperimentResult) -> str:
     return "\n".join(lines)
 
 
+def write_output(path: str, data: bytes) -> None:
+    """Write an output file whole or not at all (a temporary name, then a rename); ConfigurationError names it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ConfigurationError(f"{path}: cannot write it ({e.strerror or e})") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from mneme.replay.pipeline import ReplayPipeline
 
@@ -197,12 +226,12 @@ def run(args: argparse.Namespace) -> int:
         ck = pipe.compile(config, keep_ll=keep_ll)
         for path, data in ((args.output_ll, ck.ll), (args.output_ptx, ck.ptx)):
             if path and data is not None:
-                with open(path, "w") as f:
-                    f.write(data)
+                write_output(path, data.encode())
         if args.output_cubin:
-            with open(args.output_cubin, "wb") as f:
-                f.write(ck.cubin.cubin)
-    print(summary(pipe, config, result))
+            write_output(args.output_cubin, ck.cubin.cubin)
+    # `--json -` keeps stdout JSON only: the human summary goes to stderr then
+    human = sys.stderr if args.json == "-" else sys.stdout
+    print(summary(pipe, config, result), file=human)
     if args.json:
         doc = {"config": config.to_dict(), "settings": settings.to_dict(), "result": result.to_dict(),
                "record_db": os.path.abspath(args.record_db), "record_id": pipe.record_id}
@@ -210,13 +239,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json == "-":
             print(text)
         else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+            write_output(args.json, (text + "\n").encode())
     if args.track:
         from mneme.track import log_replay
 
         run_id = log_replay(pipe, config, settings, result, ck)
-        print(f"tracked    MLflow run {run_id}")
+        print(f"tracked    MLflow run {run_id}", file=human)
     if not pipe.usable:
         # The context holds a hung or faulted kernel; tearing it down could block. Leave now.
         sys.stdout.flush()

@@ -70,6 +70,8 @@ def fill_compile_metrics(result: ExperimentResult, ck: CompiledKernel) -> None:
     result.spill_stores = res.spill_stores
     result.spill_loads = res.spill_loads
     result.stack_size = res.stack
+    result.ptx_instructions = ck.ptx_instructions
+    result.binary_digest = ck.binary
 
 
 class ReplayPipeline:

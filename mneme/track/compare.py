@@ -15,7 +15,7 @@ import pandas as pd
 
 from mneme.errors import ConfigurationError
 from mneme.track import runs
-from mneme.track.store import check_store, resolve_uri
+from mneme.track.store import check_store, local_path, resolve_uri
 from mneme.track.tracker import DEFAULT_EXPERIMENT
 
 FORMATS = ("table", "csv", "markdown", "json")
@@ -88,17 +88,37 @@ def table(df: pd.DataFrame, metric: str, extra: List[str], all_params: bool) -> 
         return pd.DataFrame(columns=[h for _, h in BASE_COLUMNS])
     time_col = runs.time_column(metric)
     cols = [(c, h) for c, h in BASE_COLUMNS if c in df]
-    cols.insert(min(3, len(cols)), (time_col, f"{metric}_ns"))
+    cols.insert(min(3, len(cols)), (time_col, f"{metric}_us"))
     params = [c for c in df.columns if c.startswith("params.replay.")]
     if not all_params:
         params = [c for c in params if df[c].nunique(dropna=False) > 1]
     cols += [(c, c[len("params.replay."):]) for c in params]
     cols += [(c, c) for c in extra if c in df]
     out = pd.DataFrame({h: df[c] if c in df else pd.NA for c, h in cols})
+    if f"{metric}_us" in out:
+        out[f"{metric}_us"] = pd.to_numeric(out[f"{metric}_us"], errors="coerce") / 1000.0  # runs log ns
+    out = out.apply(_natural)
     out = out[[c for c in out.columns if c == "run" or out[c].notna().any()]]  # e.g. no times without a GPU
     if "config" in out:
         out["config"] = out["config"].astype(str).str[:12]
     return out.reset_index(drop=True)
+
+
+TEXT_COLUMNS = {"run", "kernel", "status", "config"}
+
+
+def _natural(col: pd.Series) -> pd.Series:
+    """Numbers as numbers (MLflow params are strings, metrics floats) and integers as integers."""
+    if col.name in TEXT_COLUMNS:
+        return col
+    try:
+        num = pd.to_numeric(col)
+    except (ValueError, TypeError):
+        return col
+    vals = num.dropna()
+    if len(vals) and pd.api.types.is_float_dtype(num) and (vals == vals.round()).all() and vals.abs().max() < 2**53:
+        return num.astype("Int64")
+    return num
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -134,7 +154,11 @@ def compare(args: argparse.Namespace) -> pd.DataFrame:
     from mlflow import MlflowClient
 
     uri = resolve_uri(args.tracking_uri)
-    check_store(uri, write=False)  # an unreachable server or a missing store: one line, not minutes of retries
+    path = local_path(uri)
+    if path is not None and not path.exists():  # MlflowClient would create an empty store here
+        raise ConfigurationError(f"no MLflow store at {path}: track runs first (python -m mneme +experiment=..., "
+                                 "mneme tune) or point --tracking-uri / MLFLOW_TRACKING_URI at a store")
+    check_store(uri, write=False)  # an unreachable server: one line, not minutes of retries
     name = args.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(name)

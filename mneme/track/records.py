@@ -85,6 +85,9 @@ class RunRecord:
     #: artifact file name -> content (str is text, bytes as is) or a pathlib.Path to copy
     artifacts: Dict[str, Artifact] = field(default_factory=dict)
     status: str = FINISHED
+    #: when the work the run stands for began and ended (epoch ms; None: when the writer logs it)
+    start_ms: Optional[int] = None
+    end_ms: Optional[int] = None
 
 
 _M = TypeVar("_M")
@@ -264,10 +267,11 @@ def kernel_artifacts(compiled: Any) -> Dict[str, Artifact]:
     if compiled is None:
         return {}
     out: Dict[str, Artifact] = {}
+    # MLflow's UI previews text by file extension (txt, yaml, json, ...), not .ll/.ptx: each also as NAME.txt
     if getattr(compiled, "ll", None):
-        out["kernel.ll"] = compiled.ll
+        out["kernel.ll"] = out["kernel.ll.txt"] = compiled.ll
     if getattr(compiled, "ptx", None):
-        out["kernel.ptx"] = compiled.ptx
+        out["kernel.ptx"] = out["kernel.ptx.txt"] = compiled.ptx
     cubin = getattr(getattr(compiled, "cubin", None), "cubin", None)
     if cubin:
         out["kernel.cubin"] = bytes(cubin)
@@ -356,6 +360,8 @@ def experiment_record(
     compile_cache: Optional[str] = None,
     config_yaml: Optional[str] = None,
     tags: Optional[Mapping[str, Any]] = None,
+    params: Optional[Mapping[str, Any]] = None,
+    extra_metrics: Optional[Mapping[str, float]] = None,
 ) -> RunRecord:
     """One experiment as a run: params, metrics, identity tags, and the config and result as files.
 
@@ -375,12 +381,33 @@ def experiment_record(
         content, complete = _experiment_content(*inputs)
         if key and complete:
             _CONTENT.keep(key, content)
-    params, base_tags, metrics, files, status = content
+    run_params, base_tags, metrics, files, status = content
     all_tags = dict(base_tags)
     all_tags["mneme.role"] = role
     all_tags.update(tags_text(tags or {}))
-    return RunRecord(name=name, params=dict(params), tags=all_tags, metrics=list(metrics), artifacts=dict(files),
-                     status=status)
+    all_params = dict(run_params)
+    all_params.update({str(k): _text(v, MAX_PARAM_LEN) for k, v in (params or {}).items() if v not in (None, "")})
+    start, end = epoch_ms(result.start_time), epoch_ms(result.end_time)
+    if start is None or end is None or end < start:
+        start = end = None
+    else:  # a result answered from the compile cache spans milliseconds: the trial's work is its compile and runs
+        work_ms = int(compile_seconds(result) * 1000 + sum(result.exec_time or []) / 1e6)
+        start = min(start, end - work_ms)
+    metrics = list(metrics) + [(str(k), float(v), 0) for k, v in (extra_metrics or {}).items() if math.isfinite(v)]
+    return RunRecord(name=name, params=all_params, tags=all_tags, metrics=metrics, artifacts=dict(files),
+                     status=status, start_ms=start, end_ms=end)
+
+
+def epoch_ms(stamp: str) -> Optional[int]:
+    """An ISO-8601 time (ExperimentResult.start_time/end_time) in epoch milliseconds, None when unparsable."""
+    if not stamp:
+        return None
+    from datetime import datetime
+
+    try:
+        return int(datetime.fromisoformat(str(stamp)).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return None
 
 
 def _experiment_content(config, settings, result, baseline_ns, metric, kernel, static_hash, dynamic_hash, artifacts,
@@ -409,5 +436,12 @@ def _experiment_content(config, settings, result, baseline_ns, metric, kernel, s
     files["result.json"] = _json_by_key(body)
     tags = environment_tags()
     tags.update(result_tags(result, config, kernel=kernel, static_hash=static_hash, dynamic_hash=dynamic_hash))
-    content = (_params(config_d, settings_d), tags, result_metrics(result, baseline_ns, metric), files, run_status(result))
+    params = _params(config_d, settings_d)
+    if kernel:
+        from mneme.track.naming import short_kernel
+
+        params["kernel"] = _text(short_kernel(kernel), MAX_PARAM_LEN)
+    if dynamic_hash:
+        params["instance"] = dynamic_hash[:16]
+    content = (params, tags, result_metrics(result, baseline_ns, metric), files, run_status(result))
     return content, complete

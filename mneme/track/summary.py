@@ -55,10 +55,16 @@ def trials_table(df: pd.DataFrame, metric: str = "median") -> pd.DataFrame:
     def col(name: str) -> pd.Series:
         return pd.to_numeric(df[name], errors="coerce") if name in df else pd.Series([float("nan")] * len(df), index=df.index)
 
+    def text(name: str) -> pd.Series:
+        return df[name].fillna("").astype(str) if name in df else pd.Series([""] * len(df), index=df.index)
+
     trial = col("tags.mneme.trial")
     fallback = pd.Series(range(len(df)), index=df.index, dtype=float)
+    kernel = text("params.kernel").where(text("params.kernel") != "", text(runs.KERNEL))
     return pd.DataFrame({
         "trial": trial.fillna(fallback),
+        "kernel": kernel,
+        "role": text("tags.mneme.role"),
         "verified": col("metrics.verified").fillna(0),
         "speedup": col("metrics.speedup"),
         "time_ns": col(runs.time_column(metric)),
@@ -82,6 +88,40 @@ def children(client, parent, rows: Optional[List[Dict[str, Any]]], session: str 
     return df.reset_index(drop=True)
 
 
+def _us(ns) -> str:
+    return "-" if ns is None or pd.isna(ns) else f"{float(ns) / 1000:.2f} µs"
+
+
+def note_markdown(df: pd.DataFrame, metric: str, title: str = "", output: str = "") -> str:
+    """The parent run's description (MLflow shows `mlflow.note.content` as markdown): per kernel the trials by
+    status, the baseline, the best run and its speedup; where the results directory is."""
+    lines = [f"### {title or 'sweep'}: {len(df)} runs", "",
+             "| kernel | trials | verified | failed | baseline | best run | best | speedup |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    kernels = trials_table(df, metric)["kernel"] if not df.empty else pd.Series(dtype=str)
+    col = runs.time_column(metric)
+    for k in dict.fromkeys(kernels):
+        g = df[kernels == k]
+        role = g["tags.mneme.role"] if "tags.mneme.role" in g else pd.Series([""] * len(g), index=g.index)
+        base = g[role == "baseline"]
+        trials = g[role != "baseline"]
+        verified = int((pd.to_numeric(trials.get("metrics.verified"), errors="coerce") == 1).sum()) \
+            if "metrics.verified" in trials else 0
+        failed = int((trials["status"] == "FAILED").sum()) if "status" in trials else 0
+        best = runs.ranked(g, metric).head(1)
+        b = best.iloc[0] if not best.empty else None
+        speed = b.get("metrics.speedup") if b is not None else None
+        lines.append(
+            f"| {k or '-'} | {len(trials)} | {verified} | {failed} | "
+            f"{_us(base[col].iloc[0]) if not base.empty and col in base else '-'} | "
+            f"{b['run_name'] if b is not None else '-'} | {_us(b.get(col)) if b is not None else '-'} | "
+            f"{'-' if speed is None or pd.isna(speed) else f'{float(speed):.2f}x'} |")
+    if output:
+        lines += ["", f"Results: `{output}` (summary.txt, best.md, best.sh)"]
+    lines += ["", "Artifacts: `report.html` (sortable table, parallel coordinates), plots, `best_config.yaml`."]
+    return "\n".join(lines)
+
+
 def summarize_sweep(client, parent_run_id: str, metric: str = "median", title: str = "",
                     rows: Optional[List[Dict[str, Any]]] = None, session: str = "") -> Optional[Dict[str, Any]]:
     """Log counts, best configuration and plots to the parent run; returns the best row as a dict.
@@ -100,10 +140,26 @@ def summarize_sweep(client, parent_run_id: str, metric: str = "median", title: s
     }
     metrics = [Metric(k, v, now, 0) for k, v in counts.items()]
     tags = []
+    kernels = list(dict.fromkeys(table["kernel"])) if not table.empty else []
     best = runs.ranked(df, metric).head(1) if not df.empty else df
     best_row: Optional[Dict[str, Any]] = None
     with tempfile.TemporaryDirectory(prefix="mneme-summary-") as tmp:
         out = Path(tmp)
+        if len(kernels) > 1:  # one "best" across kernels means nothing: the best of each
+            per = {}
+            for k in kernels:
+                b = runs.ranked(df[table["kernel"] == k], metric).head(1)
+                if not b.empty:
+                    row = b.iloc[0].to_dict()
+                    params = {key[len("params."):]: v for key, v in row.items() if key.startswith("params.") and isinstance(v, str)}
+                    per[k] = {"run_id": row["run_id"], "run_name": row["run_name"],
+                              "time_ns": None if pd.isna(row.get(runs.time_column(metric), float("nan"))) else row.get(runs.time_column(metric)),
+                              "replay": canonical(unflatten(params, "replay"))}
+            (out / "best_per_kernel.json").write_text(json.dumps(per, indent=2, default=str) + "\n")
+            (out / "best_config.yaml").write_text(yaml.safe_dump({k: {"replay": v["replay"]} for k, v in per.items()},
+                                                                 sort_keys=False))
+            tags += [RunTag(f"mneme.best_run_id.{i}", v["run_id"]) for i, v in enumerate(per.values())]
+            best = best.iloc[0:0]
         if not best.empty:
             best_row = best.iloc[0].to_dict()
             params = {k[len("params."):]: v for k, v in best_row.items() if k.startswith("params.") and isinstance(v, str)}
@@ -131,6 +187,12 @@ def summarize_sweep(client, parent_run_id: str, metric: str = "median", title: s
                 plots.pareto_time_registers(timed, out / "pareto_time_registers.png", title)
             if timed.empty and table["registers"].notna().any():
                 plots.compile_metrics_over_trials(table, out / "registers_over_trials.png", title)
+        if not df.empty:
+            from mneme.track import htmlreport
+
+            note = note_markdown(df, metric, title or parent.info.run_name, parent.data.tags.get("mneme.output", ""))
+            tags.append(RunTag("mlflow.note.content", note))
+            (out / "report.html").write_text(htmlreport.report(df, metric, title or parent.info.run_name, note))
         client.log_batch(parent_run_id, metrics=metrics, tags=tags)
         if any(out.iterdir()):
             client.log_artifacts(parent_run_id, str(out))

@@ -12,6 +12,7 @@ import os
 from typing import Any, Mapping, Optional
 
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
+from mneme.track.naming import run_name
 from mneme.track.records import FINISHED, RunRecord, environment_tags, tags_text
 from mneme.track.tracker import Tracker
 
@@ -30,6 +31,10 @@ class SweepRun:
         self._run_id = run_id
         self.metric = metric
         self._summarized = False
+        #: the configuration trials are named against (naming.run_name): set by the baseline trial or the caller
+        self.baseline_config: Optional[ExperimentConfiguration] = None
+        #: params every trial of this sweep gets (e.g. the search space's name)
+        self.trial_params: dict = {}
 
     @classmethod
     def start(
@@ -106,9 +111,13 @@ class SweepRun:
         tags = dict(kw.pop("tags", None) or {})
         tags.setdefault("mneme.trial", number)
         tags[TRACKER_TAG] = self.tracker.session
+        if role == "baseline" and self.baseline_config is None:
+            self.baseline_config = config
+        name = name or run_name(kw.get("kernel", ""), config, self.baseline_config, number, role)
+        params = {**self.trial_params, **(kw.pop("params", None) or {})}
         kwargs = dict(
-            name=name or f"{role}-{number}", config=config, settings=settings, result=result,
-            role=role, baseline_ns=baseline_ns, metric=self.metric, tags=tags, **kw,
+            name=name, config=config, settings=settings, result=result,
+            role=role, baseline_ns=baseline_ns, metric=self.metric, tags=tags, params=params, **kw,
         )
         return self.tracker.log_experiment(kwargs, key=key, parent=self.parent)
 

@@ -86,13 +86,16 @@ class MlflowTuneHook:
                   "mneme.dynamic_hash": rec.get("dynamic_hash", ""), "mneme.space": (info.get("space") or {}).get("name", ""),
                   "mneme.sampler": info.get("sampler", ""), "mneme.output": info.get("output", "")},
         )
+        self.sweep.trial_params = {"space": (info.get("space") or {}).get("name", "")}
         self.sweep.export_env()
 
     def on_baseline(self, config: ExperimentConfiguration, result: ExperimentResult, metric_ns: Optional[float]) -> None:
         self.baseline_ns = metric_ns
+        if self.sweep is not None:
+            self.sweep.baseline_config = config  # trials are named by what differs from it
         if self.sweep is None or self.resumed_run:
             return  # a resumed study's baseline run exists already
-        self.sweep.trial(-1, config, None, result, role="baseline", name="baseline", baseline_ns=metric_ns,
+        self.sweep.trial(-1, config, None, result, role="baseline", baseline_ns=metric_ns,
                          **self._record_tags())
 
     def on_trial(self, trial: Dict[str, Any]) -> None:

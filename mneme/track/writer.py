@@ -83,6 +83,7 @@ class Writer:
         self.runs: Dict[str, str] = {}  # key -> MLflow run id
         self.open: Dict[str, str] = {}  # key -> run id, runs this writer started and has not ended
         self.resumed: set = set()
+        self.end_ms: Dict[str, int] = {}  # key -> when the run's work ended (its record's end_ms)
         #: parent key or run id -> {child key: the child's row as runs.frame has it}: the sweep summary reads
         #: these instead of searching the store (2.2 s of a 3.5 s summary for 1000 runs on SQLite)
         self.children: Dict[str, Dict[str, Dict[str, Any]]] = {}
@@ -194,9 +195,11 @@ class Writer:
             tags = dict(record.tags)
             if parent:
                 tags["mlflow.parentRunId"] = self.runs.get(parent, parent)
-            run_id = self.client.create_run(self.experiment_id, run_name=record.name, tags=tags).info.run_id
+            run_id = self.client.create_run(self.experiment_id, run_name=record.name, tags=tags,
+                                            start_time=record.start_ms).info.run_id
             self._remember(key, parent, record, run_id)
-            record = RunRecord(record.name, record.params, {}, record.metrics, record.artifacts, record.status)
+            record = RunRecord(record.name, record.params, {}, record.metrics, record.artifacts, record.status,
+                               end_ms=record.end_ms)
         self.runs[key] = run_id
         self.open[key] = run_id
         self.op_log(key, record)
@@ -224,6 +227,8 @@ class Writer:
             metrics = metrics[METRICS_PER_BATCH:]
         if record.artifacts:
             self._artifacts(run_id, record.artifacts)
+        if record.end_ms:
+            self.end_ms[key] = record.end_ms
         if key in self.parent_of:
             self._remember(key, None, record, run_id)
 
@@ -233,7 +238,7 @@ class Writer:
 
     def op_end(self, key: str, status: str) -> None:
         run_id = self.open.pop(key, None) or self.runs[key]
-        self.client.set_terminated(run_id, status=status)
+        self.client.set_terminated(run_id, status=status, end_time=self.end_ms.pop(key, None))
         if key in self.parent_of:
             self.children[self.parent_of[key]][key]["status"] = status
 

@@ -92,6 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--baseline-only", action="store_true", help="measure the baseline, write the results, stop")
     a("--report-only", action="store_true", help="write the results directory from the study storage; run nothing")
     a("--json", action="store_true", help="print the summary as JSON")
+    a("--no-attribute", dest="attribute", action="store_false",
+      help="skip measuring the best configuration without each of its knobs after the search")
     a("--quiet", action="store_true", help="no progress bar")
     g = parser.add_argument_group("advanced")
     g.add_argument("--compile-timeout", type=float, default=600.0, help="seconds one compilation may take (default 600)")
@@ -116,6 +118,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         space_module=args.space_module, space_args=parse_space_args(args.space_arg), output=args.output,
         track=not args.no_track, compile_timeout=args.compile_timeout, stale_after=args.stale_after,
         max_inflight=args.max_inflight, cache_dir=args.cache_dir, progress=not args.quiet,
+        attribute=args.attribute,
     )
     if args.backend:
         o.backend = args.backend
@@ -182,6 +185,18 @@ def _print_plan(plan: dict) -> None:
     print(f"space    {sp['name']}: {sp['size'] if sp['size'] is not None else 'infinite'} points")
     for name, dom in sp["dimensions"].items():
         print(f"  {name:<18} {json.dumps(dom)[:150]}")
+    la = sp.get("launch_analysis")
+    if la:
+        f = la["facts"]
+        reads = ", ".join(f"{k}.{v}" for k, v in f["reads"].items()) or "none"
+        print(f"launch safety from the IR ({f['analyzed']}): reads {reads}")
+        for t in f["shared_tiles"]:
+            print(f"  shared {t['name']} {'x'.join(map(str, t['shape']))} ({t['bytes']} B) indexed by threadIdx "
+                  f"{t['threadIdx'] or '-'}")
+        for line in la["rules"]["lines"]:
+            print(f"  {line}")
+        print(f"  (these hold at every --launch-safety level; --launch-safety {sp.get('launch_safety')} decides how far "
+              "the free axes may stray; aggressive drops only the block.x warp rule)")
     if sp.get("launch"):
         print(f"  launch candidates ({sp.get('launch_safety')}):")
         for key, s in sp["launch"].items():

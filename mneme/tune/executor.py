@@ -6,6 +6,8 @@
 - Configurations that compile to the same code share one compilation: the executor keeps the compiled
   kernels it has seen (keyed by the fields that reach the compiler), and the pipeline's on-disk cache under
   `cache_dir` (keyed by code hash) is shared by every worker.
+- Configurations whose cubins hold the same machine code (mneme.ir.codegen.binary_digest) at the same launch
+  are timed once: the others get a copy of that result with `same_binary_as` naming the configuration that ran.
 - A worker that crashes or stops answering fails only the job it was running (runtime_error or timeout,
   with the reason) and is replaced; the other jobs go on.
 - Without devices (`devices=[]`) the executor returns compile-only results: resources, size, compile times.
@@ -116,6 +118,8 @@ class _Job:
     key: str = ""
     compiled: Any = None
     memo_hit: bool = False
+    #: (binary digest, grid, block, shared memory) when this job is the one whose run others reuse
+    run_key: Optional[Tuple] = None
 
 
 @dataclass
@@ -227,6 +231,8 @@ class AsyncReplayExecutor:
         self._compile_q: Deque[Tuple[str, _Job]] = collections.deque()
         self._run_q: Deque[_Job] = collections.deque()
         self._memo: "collections.OrderedDict[str, _Compiled]" = collections.OrderedDict()
+        #: run key -> {"first": job, "result": ExperimentResult | None, "waiters": [jobs]}
+        self._timed: "collections.OrderedDict[Tuple, Dict[str, Any]]" = collections.OrderedDict()
         self._closing = False
         self._cancel = False
         self._closed = False
@@ -532,7 +538,39 @@ class AsyncReplayExecutor:
                 self._resolve(job, self._copy_result(entry.result, job, cache_hit=True))
             else:
                 job.compiled = entry.compiled
-                self._run_q.append(job)
+                self._queue_run(job)
+
+    def _queue_run(self, job: _Job) -> None:
+        """Queue a compiled job's run, unless the same machine code at the same launch ran (or runs) already."""
+        digest = getattr(job.compiled, "binary", "") or ""
+        if not digest:
+            self._run_q.append(job)
+            return
+        c = job.config
+        key = (digest, tuple(int(v) for v in c.grid), tuple(int(v) for v in c.block), int(c.shared_mem))
+        entry = self._timed.get(key)
+        if entry is None:
+            self._timed[key] = {"first": job, "result": None, "waiters": []}
+            job.run_key = key
+            self._run_q.append(job)
+            while len(self._timed) > 8 * self.memo_size:
+                old = next(iter(self._timed))
+                if self._timed[old]["result"] is None:
+                    break
+                del self._timed[old]
+        elif entry["result"] is None:
+            entry["waiters"].append(job)
+        else:
+            self._resolve(job, self._reused(entry, job))
+
+    def _reused(self, entry: Dict[str, Any], job: _Job) -> ExperimentResult:
+        result = ExperimentResult.from_dict(entry["result"].to_dict())
+        result.config_hash = job.config.hash()
+        result.same_binary_as = entry["first"].config.hash()
+        result.cache_hit = True
+        with self._stats_lock:
+            self._stats["same_binary"] += 1
+        return result
 
     def _evict(self) -> None:
         while len(self._memo) > self.memo_size:
@@ -580,7 +618,7 @@ class AsyncReplayExecutor:
             entry.state, entry.compiled, entry.waiters = "ok", payload, []
         for j in waiters:
             j.compiled = payload
-            self._run_q.append(j)
+            self._queue_run(j)
 
     def _errored(self, w: _Worker, op: str, job: _Job, status: str, message: str) -> None:
         if op == "run":
@@ -601,6 +639,12 @@ class AsyncReplayExecutor:
         result.cache_hit = bool(result.cache_hit or job.memo_hit)
         self._stats[f"runs_gpu{w.device}"] += 1
         self._resolve(job, result)
+        entry = self._timed.get(job.run_key) if job.run_key else None
+        if entry is not None and entry["first"] is job:
+            entry["result"] = result
+            waiters, entry["waiters"] = entry["waiters"], []
+            for j in waiters:
+                self._resolve(j, self._reused(entry, j))
 
     def _copy_result(self, payload: Dict[str, Any], job: _Job, cache_hit: bool) -> ExperimentResult:
         result = ExperimentResult.from_dict(payload)
@@ -655,6 +699,10 @@ class AsyncReplayExecutor:
             entry.waiters = []
             if entry.state == "pending":
                 entry.state, entry.status, entry.error = "error", "runtime_error", "cancelled"
+        for timed in self._timed.values():
+            for j in timed["waiters"]:
+                j.future.cancel()
+            timed["waiters"] = []
         for w in self._workers:
             if w.job is not None and w.process is not None:
                 w.job[1].future.cancel()
@@ -668,6 +716,7 @@ class AsyncReplayExecutor:
         jobs = [j for _, j in self._compile_q] + list(self._run_q)
         jobs += [w.job[1] for w in self._workers if w.job is not None]
         jobs += [j for e in self._memo.values() for j in e.waiters]
+        jobs += [j for e in self._timed.values() for j in e["waiters"]]
         while True:
             try:
                 jobs.append(self._inbox.get_nowait())

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Callable, Dict, Iterable, List, Optional, Set
 
 from mneme.config import MAX_BLOCK_DIM, MAX_GRID_DIM, MAX_SHARED_MEM_SM90, MAX_THREADS_PER_BLOCK, dim3
 from mneme.errors import ConfigurationError
@@ -122,10 +122,11 @@ def _axis_values(recorded: int, work: int, limit: int, exact: bool) -> Set[int]:
 
 def launch_candidates(
     grid: dim3, block: dim3, shared_mem: int = 0, safety: str = "balanced", max_candidates: int = 128,
-    max_shared_mem: int = MAX_SHARED_MEM_SM90,
+    max_shared_mem: int = MAX_SHARED_MEM_SM90, allow: Optional[Callable[[dim3], bool]] = None,
 ) -> List[LaunchShape]:
     """Candidate launches for the recorded geometry, nearest to the recorded block first (which is always
-    included), at most `max_candidates` of them."""
+    included), at most `max_candidates` of them. `allow(block)` drops the blocks the kernel's code cannot run
+    (mneme.ir.launchsafety's rules) before the list is cut."""
     policy = launch_policy(safety)
     rec_threads = block.total()
     rec_total = grid.total() * rec_threads
@@ -154,7 +155,7 @@ def launch_candidates(
                 if policy.warp_floor and threads < min(WARP, rec_threads):
                     continue
                 s = _shape(dim3(bx, by, bz), work, shared_mem, rec_threads, max_shared_mem)
-                if s is None:
+                if s is None or (allow is not None and not allow(s.block)):
                     continue
                 launched = s.grid.total() * threads
                 if policy.max_overshoot is not None and launched > policy.max_overshoot * rec_total:

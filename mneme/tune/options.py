@@ -74,6 +74,8 @@ class TuneOptions:
     backend: str = DEFAULT_BACKEND
     cache_dir: Optional[str] = None
     progress: bool = True
+    #: after the search, measure the best configuration without each of its knobs (mneme.tune.attribution)
+    attribute: bool = True
 
     def settings(self) -> MeasurementSettings:
         return MeasurementSettings(

@@ -3,9 +3,12 @@
 - ``quick``: a few block sizes along the recorded block's main axis x {default<O3>, default<O2>}; a smoke test.
 - ``launch``: every launch candidate of the recorded geometry (see mneme.tune.launch), compiled at default<O3>.
 - ``compiler``: the recorded launch; pipeline (the default ones and custom ones), codegen level 0-3,
-  specialization of arguments and of launch dimensions, launch bounds with max-threads and min-blocks ranges.
+  specialization of arguments and of launch dimensions, launch bounds with max-threads and min-blocks ranges,
+  and every code knob (mneme/ir/knobs.py), FMA contraction and fast math included (these round differently:
+  verified by tolerance).
 - ``standard``: launch candidates with the compiler knobs that usually matter: O1-O3 (and custom pipelines),
-  both specializations, launch bounds set to the block size with a min-blocks range.
+  both specializations, launch bounds set to the block size with a min-blocks range, and the code knobs that
+  keep results bit-exact: loop unroll count, ptxas register limit, default load caching, ptxas effort.
 - ``full``: launch candidates and every compiler knob, including pipelines drawn pass by pass.
 
 Parameter names are the replay-configuration field names they set, plus ``launch`` (a block shape key such as
@@ -37,7 +40,35 @@ FULL_DRAWS = 6
 QUICK_SHAPES = 6
 
 #: the field a sampled parameter sets directly
-_DIRECT = ("passes", "codegen_opt", "specialize", "specialize_dims", "set_launch_bounds", "max_threads", "min_blocks_per_sm")
+_DIRECT = ("passes", "codegen_opt", "specialize", "specialize_dims", "set_launch_bounds", "max_threads", "min_blocks_per_sm",
+           "unroll", "inline_threshold", "vectorize", "fma", "fast_math", "ptxas_opt", "max_regs", "dlcm", "expensive_opts")
+#: code knobs whose results round differently from the recorded build (verified by tolerance)
+ROUNDING_KNOBS = ("fma", "fast_math")
+
+UNROLLS = [0, 1, 2, 4, 8]
+MAX_REGS = [0, 32, 64, 128]
+DLCM = ["", "ca", "cg"]
+INLINE = [0, 25, 100, 250]
+
+
+def _code_knobs(all_of_them: bool) -> List[BaseParam]:
+    """Code knobs that keep results bit-exact (unrolling, register limit, load caching, ptxas effort); with
+    `all_of_them` also inlining, vectorization, FMA contraction, fast math and the ptxas level."""
+    dims: List[BaseParam] = [
+        CategoricalParam("unroll", UNROLLS),
+        CategoricalParam("max_regs", MAX_REGS),
+        CategoricalParam("dlcm", DLCM),
+        BoolParam("expensive_opts"),
+    ]
+    if all_of_them:
+        dims += [
+            CategoricalParam("inline_threshold", INLINE),
+            BoolParam("vectorize"),
+            BoolParam("fma"),
+            BoolParam("fast_math"),
+            IntRangeParam("ptxas_opt", -1, 3),
+        ]
+    return dims
 
 
 class PresetSpace(SearchSpace):
@@ -71,6 +102,8 @@ class PresetSpace(SearchSpace):
         return {
             "baseline": self.ctx.baseline.to_dict(),
             "launch_safety": self.ctx.launch_safety,
+            "launch_analysis": (None if self.ctx.launch_facts is None else
+                                {"facts": self.ctx.launch_facts.describe(), "rules": self.ctx.launch_rules().describe()}),
             "launch": {
                 k: {"block": s.block.to_dict(), "grid": s.grid.to_dict(), "shared_mem": s.shared_mem}
                 for k, s in self.shapes.items()
@@ -80,7 +113,8 @@ class PresetSpace(SearchSpace):
 
 def _shapes(ctx: SpaceContext) -> List[LaunchShape]:
     b = ctx.baseline
-    return launch_candidates(b.grid, b.block, b.shared_mem, ctx.launch_safety, ctx.max_launch_candidates)
+    return launch_candidates(b.grid, b.block, b.shared_mem, ctx.launch_safety, ctx.max_launch_candidates,
+                             allow=ctx.allows_block())
 
 
 def _main_axis_shapes(ctx: SpaceContext, n: int) -> List[LaunchShape]:
@@ -130,6 +164,7 @@ def _compiler(ctx: SpaceContext):
         BoolParam("set_launch_bounds"),
         IntRangeParam("max_threads", lo, MAX_THREADS_PER_BLOCK, 32),
         IntRangeParam("min_blocks_per_sm", 1, 8),
+        *_code_knobs(True),
     ]
     return dims, []
 
@@ -143,6 +178,7 @@ def _standard(ctx: SpaceContext):
         BoolParam("specialize_dims"),
         BoolParam("set_launch_bounds"),
         IntRangeParam("min_blocks_per_sm", 1, 4),
+        *_code_knobs(False),
     ]
     return dims, shapes
 
@@ -158,6 +194,7 @@ def _full(ctx: SpaceContext):
         BoolParam("set_launch_bounds"),
         CategoricalParam("bounds_slack", [1, 2, 4]),
         IntRangeParam("min_blocks_per_sm", 1, 8),
+        *_code_knobs(True),
     ]
     return dims, shapes
 

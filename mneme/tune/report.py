@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from mneme.config import ExperimentConfiguration, ExperimentResult
+from mneme.config import KNOB_DEFAULTS, ExperimentConfiguration, ExperimentResult
+from mneme.tune.attribution import A_ATTRIBUTION, attribution_text
+from mneme.tune.codechange import code_change, code_change_text
 from mneme.tune.objective import Objective, metric_ns, succeeded
 from mneme.tune.study import (
     A_BANNED, A_BASELINE, A_FINGERPRINTS, A_OPTIONS, A_RECORD, A_SPACE, T_RESULT, claim, flag,
@@ -113,6 +115,7 @@ def load_report(study) -> StudyReport:
     meta = {
         "study": study.study_name, "options": opts, "record": attrs.get(A_RECORD) or {}, "space": attrs.get(A_SPACE) or {},
         "fingerprints": attrs.get(A_FINGERPRINTS) or {}, "banned": attrs.get(A_BANNED) or [],
+        "attribution": attrs.get(A_ATTRIBUTION), "launch_analysis": (attrs.get(A_SPACE) or {}).get("launch_analysis"),
         "directions": [d.name.lower() for d in study.directions],
     }
     rows = [row_of(t) for t in study.get_trials(deepcopy=False)]
@@ -137,12 +140,45 @@ def replay_command(record_db: str, record_id: Optional[str], config: ExperimentC
     if c.set_launch_bounds:
         argv += ["--set-launch-bounds", "--max-threads", str(c.max_threads), "--min-blocks-per-sm", str(c.min_blocks_per_sm)]
     argv += ["--codegen-opt", str(c.codegen_opt), "--codegen-method", c.codegen_method]
+    argv += knob_flags(c)
     if iterations:
         argv += ["--iterations", str(iterations)]
     if warmup is not None:
         argv += ["--warmup", str(warmup)]
     argv.append(c.passes)
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def knob_flags(c: ExperimentConfiguration) -> List[str]:
+    """`mneme replay` flags for the code knobs that differ from their defaults."""
+    from mneme.config import KNOB_DEFAULTS
+
+    out: List[str] = []
+    for name, default in KNOB_DEFAULTS.items():
+        v = getattr(c, name)
+        if v == default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(default, bool):
+            out.append(flag if v else "--no-" + name.replace("_", "-"))
+        else:
+            out += [flag, str(v)]
+    return out
+
+
+#: how to get each code knob in an application's own build (clang / nvcc)
+KNOB_BUILD = {
+    "unroll": lambda v: ("`#pragma unroll 1` on the kernel's loops (no unrolling)" if v == 1 else
+                         f"`#pragma unroll {v}` on the kernel's loops"),
+    "inline_threshold": lambda v: f"clang `-Xarch_device -mllvm -Xarch_device -inline-threshold={v}`",
+    "vectorize": lambda v: "clang `-Xarch_device -fno-vectorize -Xarch_device -fno-slp-vectorize`",
+    "fma": lambda v: "`-ffp-contract=off` (clang) / `--fmad=false` (nvcc)",
+    "fast_math": lambda v: "`-ffast-math -fcuda-flush-denormals-to-zero` (clang) / `--use_fast_math` (nvcc)",
+    "ptxas_opt": lambda v: f"`-Xcuda-ptxas -O{v}` (clang) / `-Xptxas -O{v}` (nvcc)",
+    "max_regs": lambda v: f"`-maxrregcount={v}` (nvcc) / `-Xcuda-ptxas --maxrregcount={v}` (clang)",
+    "dlcm": lambda v: f"`-Xptxas -dlcm={v}` (nvcc) / `-Xcuda-ptxas -dlcm={v}` (clang)",
+    "expensive_opts": lambda v: "`-Xptxas --allow-expensive-optimizations=true`",
+}
 
 
 def build_changes(config: ExperimentConfiguration, baseline: Optional[ExperimentConfiguration],
@@ -185,6 +221,12 @@ def build_changes(config: ExperimentConfiguration, baseline: Optional[Experiment
     if c.codegen_opt != b.codegen_opt:
         out.append(f"Generate machine code at optimization level {c.codegen_opt} (was {b.codegen_opt}): "
                    f"`-Xcuda-ptxas -O{c.codegen_opt}` (and llc -O{c.codegen_opt} for a custom pipeline).")
+    from mneme.config import KNOB_DEFAULTS
+
+    for name, default in KNOB_DEFAULTS.items():
+        v = getattr(c, name)
+        if v != default and v != getattr(b, name):
+            out.append(f"Compile with {KNOB_BUILD[name](v)} ({name}={v!r}).")
     if not out:
         out.append("Nothing: the recorded configuration is the best one found.")
     return out
@@ -234,6 +276,8 @@ def verified_table(rep: StudyReport):
             "set_launch_bounds": c.set_launch_bounds, "max_threads": c.max_threads,
             "min_blocks_per_sm": c.min_blocks_per_sm, "registers": res.reg_usage, "local_mem": res.local_mem_usage,
             "spill_stores": res.spill_stores, "spill_loads": res.spill_loads, "obj_size": res.obj_size,
+            "ptx_instructions": res.ptx_instructions, "same_binary_as": res.same_binary_as or None,
+            **{k: getattr(c, k) for k in KNOB_DEFAULTS},
             "gpu_id": res.gpu_id, "duplicate_of": r.duplicate_of, "config_hash": r.config_hash,
             "value": r.values[0] if r.values else None,
         })
@@ -260,8 +304,12 @@ def summarize(rep: StudyReport) -> Dict[str, Any]:
         "trials": {
             "requested": opts.get("trials"), "counted": len(counted), "succeeded": len(rep.successes()),
             "by_status": by_status, "duplicates": sum(1 for r in counted if r.duplicate_of is not None), **flags,
+            "same_binary": sum(1 for r in counted if r.result is not None and r.result.same_binary_as),
+            "verified_fraction": (sum(1 for r in counted if r.status == "verified") / len(counted)) if counted else None,
         },
         "banned_shapes": rep.meta.get("banned", []),
+        "launch_rules": ((rep.meta.get("launch_analysis") or {}).get("rules") or {}).get("lines"),
+        "attribution": rep.meta.get("attribution"),
         "baseline": None, "best": None,
     }
     if rep.baseline_config is not None:
@@ -281,6 +329,7 @@ def summarize(rep: StudyReport) -> Dict[str, Any]:
             "speedup_spread": speedup_spread(rep.baseline_ns, res.exec_time),
             "times": time_stats(res.exec_time), "registers": res.reg_usage, "spills": res.spill_stores + res.spill_loads,
             "obj_size": res.obj_size, "gpu_id": res.gpu_id, "gpu_name": res.gpu_name,
+            "code_change": code_change(rep.baseline_result, res),
         }
     if rep.objective.multi:
         summary["pareto"] = pareto(rep)
@@ -318,7 +367,8 @@ def summary_text(summary: Dict[str, Any]) -> str:
         f"trials: {tr['counted']} of {tr['requested']} counted, {tr['succeeded']} succeeded; "
         + ", ".join(f"{k} {v}" for k, v in sorted(tr["by_status"].items()))
         + (f"; {tr['duplicates']} answered from an earlier identical trial" if tr["duplicates"] else "")
-        + (f"; {tr['rejected']} samples rejected by constraints (no GPU time)" if tr["rejected"] else ""),
+        + (f"; {tr['rejected']} samples rejected by constraints (no GPU time)" if tr["rejected"] else "")
+        + (f"; {tr['same_binary']} reused the run of an identical binary" if tr.get("same_binary") else ""),
     ]
     b = summary.get("baseline")
     if b:
@@ -331,10 +381,14 @@ def summary_text(summary: Dict[str, Any]) -> str:
                    f"IQR {spread['p25']:.3f}-{spread['p75']:.3f}x)") if sp and spread else ""
         lines.append(f"best: trial {best['number']}, {_fmt_ns(best['metric_ns'])}, {best['registers']} registers "
                      f"{sp_text}".rstrip())
+        if best.get("code_change"):
+            lines.append(f"best's code against the baseline: {code_change_text(best['code_change'])}")
+        if summary.get("attribution"):
+            lines.append(attribution_text(summary["attribution"]))
     else:
         lines.append("best: none (no trial succeeded)")
     if summary.get("banned_shapes"):
-        lines.append(f"banned block shapes (failed to launch): {', '.join(summary['banned_shapes'])}")
+        lines.append(f"banned block shapes (failed to launch, killed the CUDA context or answered wrongly): {', '.join(summary['banned_shapes'])}")
     return "\n".join(lines)
 
 
@@ -363,7 +417,9 @@ def write_results(study, out_dir: str) -> Dict[str, Any]:
     p = out / "trials.jsonl"
     with open(p, "w") as fd:
         for r in rep.rows:
-            fd.write(json.dumps(r.to_json(), sort_keys=True, default=str) + "\n")
+            row = r.to_json()
+            row["code_change"] = code_change(rep.baseline_result, r.result)
+            fd.write(json.dumps(row, sort_keys=True, default=str) + "\n")
     files.append(p)
     table = verified_table(rep)
     p = out / ("compiled.csv" if rep.objective.device_less else "verified.csv")

@@ -30,7 +30,11 @@ from mneme.tune import study as st
 from mneme.tune.interrupt import InterruptGuard
 from mneme.tune.objective import Objective
 from mneme.tune.samplers import Proposer, params_key
-from mneme.tune.space import MAX_REJECTIONS, SearchSpace
+from mneme.tune.launch import shape_key
+from mneme.tune.space import MAX_REJECTIONS, SearchSpace, kills_context
+
+#: study attribute: compile keys banned because they killed the CUDA context at the recorded launch
+A_BANNED_CODE = "mneme.banned_code"
 
 HEARTBEAT_S = 10.0
 REAP_S = 15.0
@@ -215,12 +219,29 @@ class TrialSession:
         except (RuntimeError, ValueError) as e:
             print(f"mneme tune: trial {t.number} was closed by another process ({e})", file=sys.stderr)
             return
-        if result.status == "invalid_launch":
-            key = self.space.ban(t.config)
-            banned = sorted(set(self.study.user_attrs.get(st.A_BANNED) or []) | {key})
-            self.study.set_user_attr(st.A_BANNED, banned)
+        if result.status == "invalid_launch" or kills_context(result.status, result.error):
+            self._ban(t.config)
+        elif result.status == "failed_verification" and t.config.fma and not t.config.fast_math:
+            self._ban(t.config, shape_only=True)  # a wrong answer from bit-exact code: the shape is to blame
         if self.on_answer is not None:
             self.on_answer(t, result, values)
+
+    def _ban(self, config, shape_only: bool = False) -> None:
+        """A launch failure or a trial that killed the CUDA context is evidence: a block shape other than the
+        recorded one is banned; at the recorded shape the compile settings are (never proposed again). With
+        `shape_only` (a wrong answer), only another shape than the recorded one is banned."""
+        base = getattr(self.space, "ctx", None)
+        base_block = shape_key(base.baseline.block) if base is not None else None
+        if shape_only and (base_block is None or shape_key(config.block) == base_block):
+            return
+        if shape_key(config.block) != base_block:
+            key = self.space.ban(config)
+            banned = sorted(set(self.study.user_attrs.get(st.A_BANNED) or []) | {key})
+            self.study.set_user_attr(st.A_BANNED, banned)
+        else:
+            key = self.space.ban_code(config)
+            banned = sorted(set(self.study.user_attrs.get(A_BANNED_CODE) or []) | {key})
+            self.study.set_user_attr(A_BANNED_CODE, banned)
 
     def _copy(self, t: Ticket, orig) -> None:
         raw = {k: v for k, v in (orig.user_attrs.get(st.T_RESULT) or {}).items() if k not in ("duplicate_of", "reasons")}

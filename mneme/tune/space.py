@@ -44,6 +44,22 @@ class SpaceContext:
     #: custom pipelines from --passes / --pipeline-file, searched next to the default ones
     pipelines: List[str] = field(default_factory=list)
     max_launch_candidates: int = 128
+    #: what the kernel's IR says about its launch (mneme.ir.launchsafety.LaunchFacts); None: not analyzed
+    launch_facts: Any = None
+
+    def launch_rules(self):
+        """The block-shape rules of the kernel's code for the recorded block (None when not analyzed)."""
+        if self.launch_facts is None:
+            return None
+        return self.launch_facts.rules(self.baseline.block)
+
+    def allows_block(self):
+        """A predicate for launch_candidates: the IR's rules; `aggressive` drops only the block.x warp rule."""
+        rules = self.launch_rules()
+        if rules is None:
+            return None
+        soft = self.launch_safety != "aggressive"
+        return lambda block: rules.why(block, soft=soft) is None
 
     @property
     def specializable(self) -> bool:
@@ -60,6 +76,8 @@ class SearchSpace(ABC):
 
     def __init__(self) -> None:
         self.banned: Set[str] = set()
+        #: compile keys (mneme.tune.executor.compile_key) whose code killed the CUDA context at the recorded launch
+        self.banned_code: Set[str] = set()
 
     # -- what a space defines ------------------------------------------------------------------
     @abstractmethod
@@ -103,7 +121,17 @@ class SearchSpace(ABC):
         key = shape_key(config.block)
         if key in self.banned:
             reasons.append(f"block {key} failed to launch earlier in this study (banned)")
+        if getattr(self, "banned_code", None) and code_key(config) in self.banned_code:
+            reasons.append("these compile settings killed the CUDA context earlier in this study (banned)")
         return config, reasons
+
+    def ban_code(self, config: ExperimentConfiguration) -> str:
+        """Ban the compile settings of a configuration that killed the CUDA context at the recorded launch."""
+        key = code_key(config)
+        if not hasattr(self, "banned_code"):
+            self.banned_code = set()
+        self.banned_code.add(key)
+        return key
 
     def sample_random(self, rng: Optional[random.Random] = None) -> Dict[str, Any]:
         """One runnable sample drawn without Optuna."""
@@ -185,6 +213,25 @@ class SearchSpace(ABC):
         """Changes whenever the space would search something else (the study refuses to resume then)."""
         blob = json.dumps(self.describe(), sort_keys=True, default=str, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def code_key(config: ExperimentConfiguration) -> str:
+    """The compile settings of a configuration, without its launch (what a code ban keys on)."""
+    d = config.grounded().to_dict()
+    for k in ("grid", "block", "shared_mem"):
+        d.pop(k, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+#: error text of a trial that killed the CUDA context (a sticky error, a dead worker): evidence for a ban
+CONTEXT_KILLERS = ("CUDA_ERROR_", "died (", "sticky", "unusable")
+
+
+def kills_context(status: str, error: str) -> bool:
+    """Whether a failed trial is evidence that its configuration breaks the kernel (not a passing fault)."""
+    if status == "timeout":
+        return True
+    return status == "runtime_error" and any(k in (error or "") for k in CONTEXT_KILLERS) and "abandoned" not in error
 
 
 def _reasons(value: Reasons) -> List[str]:

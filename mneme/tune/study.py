@@ -147,13 +147,24 @@ def _writable_file(path: str, what: str) -> None:
     import tempfile
 
     p = Path(path)
+    made = [d for d in p.parents if not d.exists()]  # innermost first
+    existed = p.exists()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "ab"):
             pass
-        with tempfile.TemporaryFile(dir=p.parent, prefix=".mneme-probe-"):
-            pass  # SQLite's WAL and the journal's lock file live beside it
+        with tempfile.TemporaryFile(dir=p.parent, prefix=".mneme-probe-") as f:
+            f.write(b"\0" * 4096)  # SQLite's WAL and the journal's lock file live beside it; a full disk shows here
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as e:
+        if not existed and p.exists():
+            p.unlink()
+        for d in made:  # leave the place as it was
+            try:
+                d.rmdir()
+            except OSError:
+                break
         raise ConfigurationError(
             f"{what} {path} cannot be written ({e.strerror or e}); choose a writable place with --storage or -o"
         ) from None
@@ -218,8 +229,10 @@ def fingerprint_of(obj: Any) -> str:
 def open_study(storage, name: str, directions: Sequence[str], sampler, fingerprints: Dict[str, str], resume: bool):
     """Create the study, or load it when resuming; refuse a resume whose record, space or objective changed."""
     optuna = _optuna()
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-    exists = name in names
+    summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    # a study whose start failed before its first trial (e.g. a bad setting) holds nothing: a rerun reuses it
+    exists = name in summaries and summaries[name].n_trials > 0
+    names = list(summaries)
     if resume and not exists:
         # --resume also means "join or start" for processes that share a study: say it, so a typo shows
         import sys
@@ -358,20 +371,9 @@ def owner_alive_here(owner: str) -> Optional[bool]:
     parts = str(owner).split(":")
     if len(parts) < 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
         return None
-    pid = int(parts[1])
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    from mneme.tmpfiles import pid_alive
+
+    return pid_alive(int(parts[1]))
 
 
 def heartbeats(study) -> Dict[str, float]:

@@ -24,9 +24,9 @@ from mneme.tune.objective import FAILURES, Objective, metric_ns, speedup, succee
 from mneme.tune.options import (
     EXIT_ALL_FAILED, EXIT_BASELINE_FAILED, EXIT_INTERRUPTED, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE, TuneOptions,
 )
-from mneme.tune.presets import preset_space, uses_pipelines
+from mneme.tune.presets import ROUNDING_KNOBS, preset_space, uses_pipelines
 from mneme.tune.samplers import EXHAUSTING, Proposer, make_optuna_sampler
-from mneme.tune.session import Ticket, TrialSession
+from mneme.tune.session import A_BANNED_CODE, Ticket, TrialSession
 from mneme.tune.space import SearchSpace, SpaceContext, build_user_space
 
 
@@ -54,9 +54,23 @@ def read_pipelines(passes: List[str], pipeline_file: Optional[str]) -> List[str]
 
 def recorded_baseline(record_db: str, record_id: str) -> ExperimentConfiguration:
     """The recorded launch at default<O3>, as the replay pipeline defines it (reads the record, compiles nothing)."""
+    return recorded_launch(record_db, record_id)[0]
+
+
+def recorded_launch(record_db: str, record_id: str, analyze: bool = False) -> Tuple[ExperimentConfiguration, Any, str]:
+    """(baseline, LaunchFacts or None, why there are none): with `analyze`, the kernel's linked IR is read for
+    the launch quantities its code depends on (mneme.ir.launchsafety)."""
     from mneme.replay.pipeline import ReplayPipeline
 
-    return ReplayPipeline(record_db, record_id, device_id=None).baseline_config()
+    rp = ReplayPipeline(record_db, record_id, device_id=None)
+    if not analyze:
+        return rp.baseline_config(), None, "not asked"
+    from mneme.ir.launchsafety import analyze_launch
+
+    try:
+        return rp.baseline_config(), analyze_launch(rp.linked(), rp.kernel_name), ""
+    except MnemeError as e:
+        return rp.baseline_config(), None, f"the kernel's IR could not be analyzed ({e})"
 
 
 def _slug(text: str, limit: int = 40) -> str:
@@ -87,14 +101,15 @@ class Tuner:
         self.objective = Objective.of(o.objective, o.metric, o.sampler)
         self.record = RecordedExecution.from_json(o.record_db)
         self.instance = self.record.instance(o.record_id)
-        self.baseline = recorded_baseline(o.record_db, self.instance.dynamic_hash)
+        self.baseline, facts, no_facts = recorded_launch(o.record_db, self.instance.dynamic_hash, analyze=True)
         self.pipelines = read_pipelines(o.passes, o.pipeline_file)
         if self.pipelines:
             from mneme.ir import parse_pipeline
 
             for p in self.pipelines:
                 parse_pipeline(p)  # a typo fails here, naming the valid passes, not as N compile errors
-        ctx = SpaceContext(self.baseline, self.record, self.instance, o.launch_safety, self.pipelines)
+        ctx = SpaceContext(self.baseline, self.record, self.instance, o.launch_safety, self.pipelines,
+                           launch_facts=facts)
         self.space: SearchSpace = (
             build_user_space(o.space_module, ctx, o.space_args) if o.space_module else preset_space(o.space, ctx)
         )
@@ -105,8 +120,16 @@ class Tuner:
         self.out_dir = str(Path(o.output or Path("mneme-tune") / self.study_name))
         self.storage_url = st.storage_url(o.storage, self.out_dir)
         self.notes: List[str] = []
+        if facts is None:
+            self.notes.append(f"no launch analysis: {no_facts}; launch candidates follow --launch-safety alone")
         if self.pipelines and not uses_pipelines(self.space):
             self.notes.append(f"space {self.space.name!r} does not search pipelines; --passes/--pipeline-file are ignored")
+        rounding = [k for k in ROUNDING_KNOBS if k in self.space.dimensions()]
+        if rounding and o.atol is None and o.rtol is None and not o.verification.get("float_rtol"):
+            self.notes.append(
+                f"the space searches {', '.join(rounding)}, whose results round differently from the recorded build; "
+                "without a tolerance (--float-rtol, --rtol/--atol or the recording's annotations) those trials fail verification"
+            )
         size = self.space.size()
         if o.sampler not in EXHAUSTING and size == size and size != float("inf") and size < o.trials:
             self.notes.append(
@@ -151,7 +174,11 @@ class Tuner:
                                             fingerprints, o.resume)
         if not resumed:
             self._describe_study(fingerprints)
+        else:  # the summary names the options of the latest run (sampler, trials, ...), not the first run's
+            self.study.set_user_attr(st.A_OPTIONS, self._options_attr())
         self.space.banned.update(self.study.user_attrs.get(st.A_BANNED) or [])
+        if hasattr(self.space, "banned_code"):
+            self.space.banned_code.update(self.study.user_attrs.get(A_BANNED_CODE) or [])
         Path(self.out_dir).mkdir(parents=True, exist_ok=True)
         self._heartbeat()
         code, message = EXIT_OK, ""
@@ -180,6 +207,10 @@ class Tuner:
                     self._search_ended = time.perf_counter()
                     self.timing["search_s"] = self._search_ended - t1
                     self.hook("on_search_end", {"search_s": self.timing["search_s"], "trials": o.trials})
+                    if o.attribute and not self.objective.device_less:
+                        t2 = time.perf_counter()
+                        self._attribute()
+                        self.timing["attribution_s"] = time.perf_counter() - t2
         except BaseException as e:  # interrupted, or a failure: stop the workers, give the trials back, say so
             self.executor.shutdown(wait=False, cancel_futures=True)
             self._abandon_pending()
@@ -229,13 +260,16 @@ class Tuner:
             summary["timing"] = timing
         return TuneOutcome(code, summary, self.out_dir, message)
 
+    def _options_attr(self) -> Dict[str, Any]:
+        return {**self.o.to_dict(), "record_db": str(Path(self.o.record_db).resolve()),
+                "storage": st.redacted(self.o.storage) if self.o.storage else None}
+
     def _describe_study(self, fingerprints: Dict[str, str]) -> None:
         rec = self.record
         spec_args = [rec.arg_names[i] for i in self.instance.available_specializations if i < len(rec.arg_names)]
         attrs = {
             st.A_FINGERPRINTS: fingerprints,
-            st.A_OPTIONS: {**self.o.to_dict(), "record_db": str(Path(self.o.record_db).resolve()),
-                           "storage": st.redacted(self.o.storage) if self.o.storage else None},
+            st.A_OPTIONS: self._options_attr(),
             st.A_RECORD: {"kernel": rec.kernel_name, "demangled": rec.demangled_name, "static_hash": rec.static_hash,
                           "dynamic_hash": self.instance.dynamic_hash, "specializable_args": spec_args},
             st.A_SPACE: self.space.describe(),
@@ -316,6 +350,20 @@ class Tuner:
                 wait(list(inflight), timeout=1.0, return_when=FIRST_COMPLETED)  # told at the top of the loop
         finally:
             self.bar.close()
+
+    def _attribute(self) -> None:
+        """Measure the best configuration without each knob it changed (mneme.tune.attribution)."""
+        from mneme.tune.attribution import A_ATTRIBUTION, attribute
+        from mneme.tune.report import load_report
+
+        best = load_report(self.study).best()
+        if best is None or best.config is None or not best.result or not best.result.exec_time:
+            return
+        best_ns = metric_ns(best.result.exec_time, self.o.metric)
+        att = attribute(self.executor.evaluate, best.config, best_ns, self.baseline, self.baseline_ns,
+                        lambda r: metric_ns(r.exec_time, self.o.metric) if r.exec_time else None)
+        att["trial"] = best.number
+        self.study.set_user_attr(A_ATTRIBUTION, att)
 
     def _on_answer(self, t: Ticket, result: ExperimentResult, values: Optional[List[float]]) -> None:
         self.statuses[result.status] += 1

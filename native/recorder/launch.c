@@ -1,6 +1,8 @@
-/* librecord's launches: every launch path of the runtime is interposed; a launch of a selected kernel is
- * either recorded (a new instance: prologue, timed launch, epilogue), counted and timed (a launch of an
- * instance recorded before), or counted as not recorded with the reason (mn_skip).
+/* librecord's launches: every launch entry point of the driver (cuLaunchKernel, cuLaunchKernelEx,
+ * cuLaunchCooperativeKernel: what every runtime's cudaLaunchKernel & co. and the app's own driver calls
+ * end in) is wrapped; a launch of a selected kernel is either recorded (a new instance: prologue, timed
+ * launch, epilogue), counted and timed (a launch of an instance recorded before), or counted as not
+ * recorded with the reason (mn_skip).
  *
  * An instance is the kernel with its grid, block, dynamic shared memory, launch attributes and its
  * argument bytes with the pointer bytes masked out; `mneme record` computes the official dynamic hash
@@ -19,108 +21,76 @@
 #define MN_FLUSH_EVERY 4096
 #define MN_FLUSH_NS 1000000000ull
 
-typedef cudaError_t (*func_launch_t)(const void *, dim3, dim3, void **, size_t, cudaStream_t);
-typedef cudaError_t (*handle_launch_t)(cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t);
-typedef cudaError_t (*ex_launch_t)(const cudaLaunchConfig_t *, const void *, void **);
-
-enum { SHAPE_FUNC, SHAPE_HANDLE, SHAPE_EX };
+enum { SHAPE_LAUNCH, SHAPE_EX, SHAPE_COOP };
 
 typedef struct mn_launch {
   const char *api;
   int shape;
   void *real;
-  const void *func;                 /* host stub (FUNC, EX) */
-  cudaKernel_t handle;              /* HANDLE */
-  const cudaLaunchConfig_t *config; /* EX */
-  dim3 grid, block;
-  size_t shmem;
-  cudaStream_t stream;              /* as the app passed it */
-  cudaStream_t ev_stream;           /* the same stream, with the per-thread default stream made explicit */
-  void **args;
+  CUfunction f;                     /* a CUfunction, or a CUkernel passed in its place */
+  const CUlaunchConfig *config;     /* EX */
+  uint32_t grid[3], block[3];
+  uint32_t shmem;
+  CUstream stream;                  /* as the app passed it */
+  CUstream ev_stream;               /* the same stream, with the per-thread default stream made explicit */
+  void **params, **extra;
   uint32_t cluster[3];
   uint32_t coop;
   uint32_t nother;                  /* launch attributes not replayed, by id */
   uint32_t other[16];
 } mn_launch;
 
-static cudaError_t fire(const mn_launch *L) {
+static CUresult fire(const mn_launch *L) {
   switch (L->shape) {
-    case SHAPE_FUNC: return ((func_launch_t)L->real)(L->func, L->grid, L->block, L->args, L->shmem, L->stream);
-    case SHAPE_HANDLE: return ((handle_launch_t)L->real)(L->handle, L->grid, L->block, L->args, L->shmem, L->stream);
-    default: return ((ex_launch_t)L->real)(L->config, L->func, L->args);
+    case SHAPE_LAUNCH:
+      return ((PFN_cuLaunchKernel_v4000)L->real)(L->f, L->grid[0], L->grid[1], L->grid[2], L->block[0], L->block[1],
+                                                 L->block[2], L->shmem, L->stream, L->params, L->extra);
+    case SHAPE_COOP:
+      return ((PFN_cuLaunchCooperativeKernel_v9000)L->real)(L->f, L->grid[0], L->grid[1], L->grid[2], L->block[0],
+                                                            L->block[1], L->block[2], L->shmem, L->stream, L->params);
+    default: return ((PFN_cuLaunchKernelEx_v11060)L->real)(L->config, L->f, L->params, L->extra);
   }
-}
-
-/* ---------------------------------------------------------------------------------------------- */
-/* driver calls that leave the runtime's last-error state alone                                   */
-
-static struct {
-  int loaded;
-  CUresult (*eventQuery)(CUevent);
-  CUresult (*eventSynchronize)(CUevent);
-  CUresult (*eventElapsed)(float *, CUevent, CUevent);
-  CUresult (*funcGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
-  CUresult (*funcIsLoaded)(CUfunctionLoadingState *, CUfunction);
-  CUresult (*funcLoad)(CUfunction);
-  CUresult (*funcGetName)(const char **, CUfunction);
-  CUresult (*kernelGetFunction)(CUfunction *, CUkernel);
-  CUresult (*kernelGetName)(const char **, CUkernel);
-  CUresult (*streamWaitValue32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-} D;
-
-static void load_driver(void) {
-  if (D.loaded) return;
-  D.loaded = 1;
-  D.eventQuery = (__typeof__(D.eventQuery))mn_driver("cuEventQuery", 2000);
-  D.eventSynchronize = (__typeof__(D.eventSynchronize))mn_driver("cuEventSynchronize", 2000);
-  D.eventElapsed = (__typeof__(D.eventElapsed))mn_driver("cuEventElapsedTime", 2000);
-  D.funcGetParamInfo = (__typeof__(D.funcGetParamInfo))mn_driver("cuFuncGetParamInfo", 12040);
-  D.funcIsLoaded = (__typeof__(D.funcIsLoaded))mn_driver("cuFuncIsLoaded", 12040);
-  D.funcLoad = (__typeof__(D.funcLoad))mn_driver("cuFuncLoad", 12040);
-  D.funcGetName = (__typeof__(D.funcGetName))mn_driver("cuFuncGetName", 12030);
-  D.kernelGetFunction = (__typeof__(D.kernelGetFunction))mn_driver("cuKernelGetFunction", 12000);
-  D.kernelGetName = (__typeof__(D.kernelGetName))mn_driver("cuKernelGetName", 12030);
-  D.streamWaitValue32 = (__typeof__(D.streamWaitValue32))mn_driver("cuStreamWaitValue32", 12000);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
 /* kernels and their parameter layout                                                             */
 
-static mn_kernel *kernel_of(const mn_launch *L) {
-  mn_kernel *k = NULL;
-  if (L->shape == SHAPE_HANDLE) {
-    k = mn_kernel_by_handle(L->handle);
-    if (!k) {
-      load_driver();
-      const char *name = NULL;
-      if (D.kernelGetName && D.kernelGetName(&name, (CUkernel)L->handle) == CUDA_SUCCESS && name)
-        k = mn_kernel_by_name(name, 1);
-      if (k && !k->handle) k->handle = L->handle;
+/* The kernel a launch names: by the handle the runtime got from cuLibraryGetKernel/cuModuleGetFunction
+ * (recorder.c), else by asking the driver for the handle's name. */
+static mn_kernel *kernel_of(CUfunction f) {
+  mn_kernel *k = mn_kernel_by_handle(f);
+  if (!k) {
+    const char *name = NULL;
+    int is_kernel = 0;
+    if (D.funcGetName && D.funcGetName(&name, f) == CUDA_SUCCESS && name) {
+      is_kernel = 0;
+    } else if (D.kernelGetName && D.kernelGetName(&name, (CUkernel)f) == CUDA_SUCCESS && name) {
+      is_kernel = 1;
+    } else {
+      name = NULL;
     }
-  } else {
-    k = mn_kernel_by_stub(L->func);
-    if (!k) {
-      char name[64];
-      snprintf(name, sizeof name, "unregistered_kernel_%p", L->func);
-      k = mn_kernel_by_name(name, 1);
-      if (k && !k->stub) k->stub = L->func;
+    char unnamed[64];
+    if (!name) {
+      snprintf(unnamed, sizeof unnamed, "unnamed_kernel_%p", (void *)f);
+      name = unnamed;
+    }
+    k = mn_kernel_by_name(name, 1);
+    if (k) {
+      if (is_kernel && !k->kern) k->kern = (CUkernel)f;
+      if (!is_kernel && !k->func) k->func = f;
+      mn_kernel_add_handle(k, f);
     }
   }
   if (k) mn_kernel_announce(k);
   return k;
 }
 
-static CUfunction function_of(mn_kernel *k) {
-  load_driver();
+/* A CUfunction for the kernel in the current context, loaded. */
+static CUfunction function_of(mn_kernel *k, CUfunction launched) {
   CUfunction f = NULL;
-  if (k->stub) {
-    cudaFunction_t cf = NULL;
-    if (REAL(cudaGetFuncBySymbol)(&cf, k->stub) == cudaSuccess) f = (CUfunction)cf;
-    else REAL(cudaGetLastError)();
-  }
-  if (!f && k->handle && D.kernelGetFunction) {
-    if (D.kernelGetFunction(&f, (CUkernel)k->handle) != CUDA_SUCCESS) f = NULL;
-  }
+  if (k->kern && D.kernelGetFunction && D.kernelGetFunction(&f, k->kern) != CUDA_SUCCESS) f = NULL;
+  if (!f && k->func) f = k->func;
+  if (!f && (CUkernel)launched != k->kern) f = launched;
   if (f && D.funcIsLoaded && D.funcLoad) {
     CUfunctionLoadingState st;
     if (D.funcIsLoaded(&st, f) == CUDA_SUCCESS && st != CU_FUNCTION_LOADING_STATE_LOADED) D.funcLoad(f);
@@ -129,10 +99,10 @@ static CUfunction function_of(mn_kernel *k) {
 }
 
 /* Parameter offsets and sizes from the driver; 1 when known. */
-static int kernel_params(mn_kernel *k) {
+static int kernel_params(mn_kernel *k, CUfunction launched) {
   if (k->params) return k->params > 0;
   k->params = -1;
-  CUfunction f = function_of(k);
+  CUfunction f = function_of(k, launched);
   if (!f || !D.funcGetParamInfo) return 0;
   uint32_t cap = 16, n = 0;
   uint32_t *off = malloc(cap * sizeof *off), *size = malloc(cap * sizeof *size);
@@ -233,8 +203,8 @@ static void scan_args(const mn_kernel *k, argscan *a) {
 static uint8_t *make_key(const mn_launch *L, const mn_kernel *k, const argscan *a, size_t *len) {
   keyhdr h;
   memset(&h, 0, sizeof h);
-  h.grid[0] = L->grid.x; h.grid[1] = L->grid.y; h.grid[2] = L->grid.z;
-  h.block[0] = L->block.x; h.block[1] = L->block.y; h.block[2] = L->block.z;
+  memcpy(h.grid, L->grid, sizeof h.grid);
+  memcpy(h.block, L->block, sizeof h.block);
   memcpy(h.cluster, L->cluster, sizeof h.cluster);
   h.coop = L->coop;
   h.shmem = L->shmem;
@@ -285,23 +255,20 @@ static void add_sample(mn_inst *i, uint64_t ns) {
 /* ---------------------------------------------------------------------------------------------- */
 /* in-app timing of repeated launches: events resolved lazily, in launch order                     */
 
-static cudaEvent_t ev_get(void) {
+static CUevent ev_get(void) {
   if (R.nevpool) return R.evpool[--R.nevpool];
-  cudaEvent_t e = NULL;
-  if (REAL(cudaEventCreate)(&e) != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    return NULL;
-  }
+  CUevent e = NULL;
+  if (D.eventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return NULL;
   return e;
 }
 
-static void ev_put(cudaEvent_t e) {
+static void ev_put(CUevent e) {
   if (!e) return;
   if (R.nevpool == R.capevpool) {
     size_t ncap = R.capevpool ? R.capevpool * 2 : 64;
-    cudaEvent_t *n = realloc(R.evpool, ncap * sizeof *n);
+    CUevent *n = realloc(R.evpool, ncap * sizeof *n);
     if (!n) {
-      REAL(cudaEventDestroy)(e);
+      D.eventDestroy(e);
       return;
     }
     R.evpool = n;
@@ -310,20 +277,19 @@ static void ev_put(cudaEvent_t e) {
   R.evpool[R.nevpool++] = e;
 }
 
-static int elapsed_ns(cudaEvent_t a, cudaEvent_t b, uint64_t *ns) {
+static int elapsed_ns(CUevent a, CUevent b, uint64_t *ns) {
   float ms = 0;
-  if (!D.eventElapsed || D.eventElapsed(&ms, (CUevent)a, (CUevent)b) != CUDA_SUCCESS || ms < 0) return 0;
+  if (D.eventElapsed(&ms, a, b) != CUDA_SUCCESS || ms < 0) return 0;
   *ns = (uint64_t)((double)ms * 1e6 + 0.5);
   return 1;
 }
 
 void mn_resolve_pending(int wait) {
-  load_driver();
   while (R.pending_head < R.npending) {
     mn_pending *p = &R.pending[R.pending_head];
     CUresult q = CUDA_ERROR_NOT_READY;
-    if (wait && D.eventSynchronize) q = D.eventSynchronize((CUevent)p->stop);
-    else if (D.eventQuery) q = D.eventQuery((CUevent)p->stop);
+    if (wait) q = D.eventSynchronize(p->stop);
+    else q = D.eventQuery(p->stop);
     if (q == CUDA_ERROR_NOT_READY && !wait) break;
     uint64_t ns;
     if (q == CUDA_SUCCESS && elapsed_ns(p->start, p->stop, &ns)) add_sample(p->inst, ns);
@@ -340,13 +306,12 @@ void mn_resolve_pending(int wait) {
   }
 }
 
-static int push_pending(cudaEvent_t a, cudaEvent_t b, mn_inst *i) {
+static int push_pending(CUevent a, CUevent b, mn_inst *i) {
   if (R.npending - R.pending_head >= MN_MAX_PENDING) {
     mn_resolve_pending(0);
     if (R.npending - R.pending_head >= MN_MAX_PENDING) {
       /* too many in flight: wait for the oldest one */
-      CUresult q = D.eventSynchronize ? D.eventSynchronize((CUevent)R.pending[R.pending_head].stop) : CUDA_ERROR_NOT_READY;
-      (void)q;
+      D.eventSynchronize(R.pending[R.pending_head].stop);
       mn_resolve_pending(0);
     }
   }
@@ -364,22 +329,20 @@ static int push_pending(cudaEvent_t a, cudaEvent_t b, mn_inst *i) {
   return 0;
 }
 
-static cudaError_t fire_timed(const mn_launch *L, mn_inst *inst) {
-  cudaEvent_t a = ev_get(), b = a ? ev_get() : NULL;
+static CUresult fire_timed(const mn_launch *L, mn_inst *inst) {
+  CUevent a = ev_get(), b = a ? ev_get() : NULL;
   if (!b) {
     ev_put(a);
     return fire(L);
   }
-  if (REAL(cudaEventRecord)(a, L->ev_stream) != cudaSuccess) {
-    REAL(cudaGetLastError)();
+  if (D.eventRecord(a, L->ev_stream) != CUDA_SUCCESS) {
     ev_put(a);
     ev_put(b);
     return fire(L);
   }
-  cudaError_t r = fire(L);
-  if (r == cudaSuccess && REAL(cudaEventRecord)(b, L->ev_stream) == cudaSuccess && push_pending(a, b, inst) == 0)
+  CUresult r = fire(L);
+  if (r == CUDA_SUCCESS && D.eventRecord(b, L->ev_stream) == CUDA_SUCCESS && push_pending(a, b, inst) == 0)
     return r;
-  if (r == cudaSuccess) REAL(cudaGetLastError)();
   ev_put(a);
   ev_put(b);
   return r;
@@ -436,6 +399,7 @@ typedef struct snapshot_set {
   varsnap *vars;
   size_t nvars;
   uint64_t blob_bytes;
+  int unrestorable; /* a variable the kernel may reach could not be read: its state cannot be written back */
 } snapshot_set;
 
 static void set_free(snapshot_set *s) {
@@ -449,16 +413,18 @@ static void set_free(snapshot_set *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* The recorder's own time per recorded instance, by what it was spent on (logged with the instance). */
+static struct { uint64_t copy, copy_bytes; } T;
+typedef struct rec_time { uint64_t copy, copy_bytes, diff, write, retime, total; } rec_time;
+
 static int read_blob(const blob *b, uint8_t *dst) {
-  if (b->space == MN_SPACE_HOST_PINNED) {
-    memcpy(dst, (const void *)(uintptr_t)b->addr, b->size);
-    return 0;
-  }
-  if (REAL(cudaMemcpy)(dst, (const void *)(uintptr_t)b->addr, b->size, cudaMemcpyDeviceToHost) != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    return -1;
-  }
-  return 0;
+  uint64_t t0 = mn_precise_ns();
+  int rc = 0;
+  if (b->space == MN_SPACE_HOST_PINNED) memcpy(dst, (const void *)(uintptr_t)b->addr, b->size);
+  else rc = mn_copy_dtoh(dst, b->addr, b->size);
+  T.copy += mn_precise_ns() - t0;
+  T.copy_bytes += b->size;
+  return rc;
 }
 
 static int collect_blobs(snapshot_set *s) {
@@ -486,11 +452,11 @@ static int collect_blobs(snapshot_set *s) {
 }
 
 static int read_var(const mn_gvar *v, uint8_t *dst) {
-  if (REAL(cudaMemcpyFromSymbol)(dst, v->host, v->size, 0, cudaMemcpyDeviceToHost) != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    return -1;
-  }
-  return 0;
+  uint64_t t0 = mn_precise_ns();
+  int rc = D.memcpyDtoH(dst, (CUdeviceptr)v->addr, v->size) == CUDA_SUCCESS ? 0 : -1;
+  T.copy += mn_precise_ns() - t0;
+  T.copy_bytes += v->size;
+  return rc;
 }
 
 /* Words of a variable that hold addresses: of another variable (relocated by replay) or of arena/pinned
@@ -542,7 +508,10 @@ static int collect_vars(const mn_kernel *k, snapshot_set *s) {
       mn_gvar *v = &R.vars[i];
       if (!use[i] || done[i]) continue;
       done[i] = 1;
-      if (v->resolved <= 0 || v->managed || v->size == 0) continue;
+      if (v->resolved <= 0 || v->managed || v->size == 0) {
+        if (v->size) s->unrestorable = 1;
+        continue;
+      }
       varsnap *vs = &s->vars[s->nvars];
       vs->v = v;
       vs->data = malloc(v->size);
@@ -550,6 +519,7 @@ static int collect_vars(const mn_kernel *k, snapshot_set *s) {
       if (read_var(v, vs->data)) {
         free(vs->data);
         vs->data = NULL;
+        s->unrestorable = 1;
         continue;
       }
       s->nvars++;
@@ -637,7 +607,7 @@ static void mask_ranges(const uint8_t *mask, uint32_t n, uint64_t *off, uint64_t
 
 static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *inst, const argscan *a, const char *pro,
                          const char *epi, uint64_t t_ns, const uint64_t *retimes, uint32_t nretimes,
-                         const snapshot_set *s, uint64_t pro_bytes, uint64_t epi_bytes) {
+                         const snapshot_set *s, uint64_t pro_bytes, uint64_t epi_bytes, const rec_time *rt) {
   size_t cap = 8192 + 2 * (size_t)k->argbytes + 48 * (size_t)k->nparams + 64 * (size_t)k->argbytes / 8;
   char *buf = malloc(cap);
   uint64_t *po = malloc((k->nparams + 1) * sizeof *po), *ps = malloc((k->nparams + 1) * sizeof *ps);
@@ -657,9 +627,8 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
     mn_line_u64(&l, "k", k->id);
     mn_line_u64(&l, "i", inst->id);
     mn_line_str(&l, "api", L->api);
-    uint32_t g[3] = {L->grid.x, L->grid.y, L->grid.z}, b[3] = {L->block.x, L->block.y, L->block.z};
-    mn_line_u32s(&l, "grid", g, 3);
-    mn_line_u32s(&l, "block", b, 3);
+    mn_line_u32s(&l, "grid", L->grid, 3);
+    mn_line_u32s(&l, "block", L->block, 3);
     mn_line_u64(&l, "shmem", L->shmem);
     if (L->cluster[0]) mn_line_u32s(&l, "cluster", L->cluster, 3);
     if (L->coop) mn_line_u64(&l, "coop", 1);
@@ -679,6 +648,14 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
     mn_line_u64(&l, "vars", s->nvars);
     mn_line_u64(&l, "pro_bytes", pro_bytes);
     mn_line_u64(&l, "epi_bytes", epi_bytes);
+    /* the recorder's own time for this instance (ns): copies from the device (and their bytes),
+     * checksums/diffs/encoding, disk writes, timing reruns, and all of record() */
+    mn_line_u64(&l, "t_copy", rt->copy);
+    mn_line_u64(&l, "copy_bytes", rt->copy_bytes);
+    mn_line_u64(&l, "t_diff", rt->diff);
+    mn_line_u64(&l, "t_write", rt->write);
+    mn_line_u64(&l, "t_retime", rt->retime);
+    mn_line_u64(&l, "t_record", rt->total);
     mn_log_event(&l);
   } else {
     mn_error("out of memory writing an instance event", k->name);
@@ -706,41 +683,38 @@ static int hold_ready(void) {
   if (hold_state) return hold_state > 0;
   hold_state = -1;
   if (!D.streamWaitValue32) return 0;
-  void *h = NULL, *d = NULL;
-  if (REAL(cudaHostAlloc)(&h, 64, cudaHostAllocMapped) != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    return 0;
-  }
-  if (REAL(cudaHostGetDevicePointer)(&d, h, 0) != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    REAL(cudaFreeHost)(h);
+  void *h = NULL;
+  CUdeviceptr d = 0;
+  if (D.hostAlloc(&h, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return 0;
+  if (D.hostGetDevicePointer(&d, h, 0) != CUDA_SUCCESS) {
+    D.freeHost(h);
     return 0;
   }
   hold_flag = (volatile uint32_t *)h;
-  hold_dflag = (CUdeviceptr)(uintptr_t)d;
+  hold_dflag = d;
   hold_state = 1;
   return 1;
 }
 
 /* Launches once, timed with events; fills the launch status, the status after synchronizing, and ns. */
-static void held_launch(const mn_launch *L, cudaError_t *r, cudaError_t *after, uint64_t *ns) {
+static void held_launch(const mn_launch *L, CUresult *r, CUresult *after, uint64_t *ns) {
   *ns = 0;
   int held = 0;
   if (hold_ready()) {
     *hold_flag = 0;
     __sync_synchronize();
-    held = D.streamWaitValue32((CUstream)L->ev_stream, hold_dflag, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+    held = D.streamWaitValue32(L->ev_stream, hold_dflag, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
   }
-  cudaEvent_t e0 = ev_get(), e1 = ev_get();
-  if (e0) REAL(cudaEventRecord)(e0, L->ev_stream);
+  CUevent e0 = ev_get(), e1 = ev_get();
+  if (e0) D.eventRecord(e0, L->ev_stream);
   *r = fire(L);
-  if (e1) REAL(cudaEventRecord)(e1, L->ev_stream);
+  if (e1) D.eventRecord(e1, L->ev_stream);
   if (held) {
     __sync_synchronize();
     *hold_flag = 1; /* always released, whatever happened above */
   }
-  *after = *r == cudaSuccess ? REAL(cudaDeviceSynchronize)() : *r;
-  if (*after == cudaSuccess && e0 && e1) elapsed_ns(e0, e1, ns);
+  *after = *r == CUDA_SUCCESS ? D.ctxSynchronize() : *r;
+  if (*after == CUDA_SUCCESS && e0 && e1) elapsed_ns(e0, e1, ns);
   ev_put(e0);
   ev_put(e1);
 }
@@ -751,33 +725,30 @@ static int restore_prologue(const snapshot_set *s) {
     const blob *b = &s->blobs[i];
     if (b->space == MN_SPACE_HOST_PINNED) {
       memcpy((void *)(uintptr_t)b->addr, b->before, b->size);
-    } else if (REAL(cudaMemcpy)((void *)(uintptr_t)b->addr, b->before, b->size, cudaMemcpyHostToDevice) != cudaSuccess) {
-      REAL(cudaGetLastError)();
+    } else if (mn_copy_htod(b->addr, b->before, b->size)) {
       return -1;
     }
   }
   for (size_t i = 0; i < s->nvars; i++) {
     const varsnap *v = &s->vars[i];
-    if (REAL(cudaMemcpyToSymbol)(v->v->host, v->data, v->v->size, 0, cudaMemcpyHostToDevice) != cudaSuccess) {
-      REAL(cudaGetLastError)();
-      return -1;
-    }
+    if (D.memcpyHtoD((CUdeviceptr)v->v->addr, v->data, v->v->size) != CUDA_SUCCESS) return -1;
   }
-  return REAL(cudaDeviceSynchronize)() == cudaSuccess ? 0 : -1;
+  return D.ctxSynchronize() == CUDA_SUCCESS ? 0 : -1;
 }
 
 /* Extra timed launches on the prologue state (see above); returns how many were timed. A failure
  * stops the retiming and, if the prologue cannot be written back, disables it for good. */
-static uint32_t retime(const mn_launch *L, const snapshot_set *s, uint64_t *out) {
+static uint32_t retime(const mn_launch *L, mn_kernel *k, const snapshot_set *s, uint64_t *out) {
   uint32_t n = R.cfg.retime < MN_RETIME_MAX ? R.cfg.retime : MN_RETIME_MAX, got = 0;
+  uint64_t budget = R.cfg.retime_budget_ns, t0 = mn_precise_ns();
+  /* a kernel whose last recorded launch alone took the whole budget is not rerun at all */
+  if (budget && k->last_run_ns >= budget) return 0;
   for (uint32_t i = 0; i < n; i++) {
-    cudaError_t r, after;
+    if (budget && i && mn_precise_ns() - t0 >= budget) break; /* the time bound comes first */
+    CUresult r, after;
     uint64_t ns;
     held_launch(L, &r, &after, &ns);
-    if (r != cudaSuccess || after != cudaSuccess) {
-      REAL(cudaGetLastError)();
-      break;
-    }
+    if (r != CUDA_SUCCESS || after != CUDA_SUCCESS) break;
     if (ns) out[got++] = ns;
     if (restore_prologue(s)) {
       R.cfg.retime = 0;
@@ -790,9 +761,11 @@ static uint32_t retime(const mn_launch *L, const snapshot_set *s, uint64_t *out)
 
 /* Records a new instance: synchronize, prologue, timed launch, synchronize, epilogue. Returns the
  * launch's result; on a recording failure the launch still happens exactly once. */
-static cudaError_t record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const argscan *a) {
-  cudaError_t sync = REAL(cudaDeviceSynchronize)();
-  if (sync != cudaSuccess) {
+static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const argscan *a) {
+  uint64_t t_start = mn_precise_ns(), io0 = mn_snapshot_io_ns();
+  memset(&T, 0, sizeof T);
+  CUresult sync = D.ctxSynchronize();
+  if (sync != CUDA_SUCCESS) {
     mn_kernel_skip(k, MN_SKIP_PENDING_ERROR);
     return fire(L);
   }
@@ -819,14 +792,20 @@ static cudaError_t record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const
     return fire(L);
   }
   uint64_t retimes[MN_RETIME_MAX];
-  /* Rerunning is safe only when everything the kernel can reach is restored by the prologue. */
-  uint32_t nretimes = a->nforeign || a->ntex ? 0 : retime(L, &s, retimes);
+  /* Rerunning is safe only when everything the kernel can reach is restored by the prologue: not for a
+   * kernel without IR (the variables it reaches are unknown: at the driver API a module's variables are
+   * seen only when the app asks for them, e.g. by cudaMemcpyFromSymbol after the launch), nor when a
+   * variable could not be read. */
+  uint64_t t_rt = mn_precise_ns();
+  uint32_t nretimes = a->nforeign || a->ntex || !k->tab || s.unrestorable ? 0 : retime(L, k, &s, retimes);
+  t_rt = mn_precise_ns() - t_rt;
   uint64_t t_ns = 0;
-  cudaError_t r, after;
+  CUresult r, after;
   held_launch(L, &r, &after, &t_ns);
-  if (after != cudaSuccess) {
-    snprintf(why, sizeof why, "%s: %s", k->name, REAL(cudaGetErrorString)(after));
-    mn_error(r != cudaSuccess ? "the recorded launch failed" : "the recorded kernel failed", why);
+  if (t_ns) k->last_run_ns = t_ns;
+  if (after != CUDA_SUCCESS) {
+    snprintf(why, sizeof why, "%s: %s", k->name, mn_cu_err(after));
+    mn_error(r != CUDA_SUCCESS ? "the recorded launch failed" : "the recorded kernel failed", why);
     unlink(pro);
     set_free(&s);
     mn_kernel_skip(k, MN_SKIP_FAILED);
@@ -842,33 +821,56 @@ static cudaError_t record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const
     mn_kernel_skip(k, MN_SKIP_FAILED);
     return r;
   }
+  rec_time rt;
+  rt.copy = T.copy;
+  rt.copy_bytes = T.copy_bytes;
+  rt.write = mn_snapshot_io_ns() - io0;
+  rt.retime = t_rt;
+  rt.total = mn_precise_ns() - t_start;
+  /* the rest of the snapshot work: checksums, diffs, encoding, synchronizing (not the kernel itself) */
+  uint64_t known = rt.retime + rt.copy + rt.write + t_ns;
+  rt.diff = rt.total > known ? rt.total - known : 0;
   inst->recorded = 1;
   inst->count = 1;
   inst->flushed_count = 1;
   k->ninst_recorded++;
   k->recorded_launches++;
   R.stored_bytes += pro_bytes + epi_bytes;
-  log_instance(L, k, inst, a, basename_of(pro), basename_of(epi), t_ns, retimes, nretimes, &s, pro_bytes, epi_bytes);
+  log_instance(L, k, inst, a, basename_of(pro), basename_of(epi), t_ns, retimes, nretimes, &s, pro_bytes, epi_bytes, &rt);
   set_free(&s);
   return r;
 }
 
 /* 0: not capturing, 1: this stream is capturing, 2: unknown (the query failed: assume a capture) */
-static int capture_state(cudaStream_t s) {
-  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (REAL(cudaStreamIsCapturing)(s, &st) != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    return 2;
-  }
-  return st == cudaStreamCaptureStatusNone ? 0 : 1;
+static int capture_state(CUstream s) {
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (D.streamIsCapturing(s, &st) != CUDA_SUCCESS) return 2;
+  return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : 1;
 }
 
-static cudaError_t on_launch(mn_launch *L) {
-  mn_init();
+/* The argument bytes, from kernelParams or from extra's CU_LAUNCH_PARAM_BUFFER_POINTER; 0 when absent. */
+static int copy_args(const mn_launch *L, const mn_kernel *k, uint8_t *bytes) {
+  if (L->params) {
+    for (uint32_t i = 0; i < k->nparams; i++)
+      if (L->params[i]) memcpy(bytes + k->poff[i], L->params[i], k->psize[i]);
+    return 1;
+  }
+  const void *buf = NULL;
+  size_t size = 0;
+  for (size_t i = 0; L->extra && L->extra[i] != CU_LAUNCH_PARAM_END && i < 64; i += 2) {
+    if (L->extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = L->extra[i + 1];
+    else if (L->extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && L->extra[i + 1]) size = *(const size_t *)L->extra[i + 1];
+  }
+  if (!buf) return k->nparams == 0;
+  memcpy(bytes, buf, size < k->argbytes ? size : k->argbytes);
+  return 1;
+}
+
+static CUresult on_launch(mn_launch *L) {
   if (!R.active || R.broken) return fire(L);
   pthread_mutex_lock(&R.mu);
-  cudaError_t r;
-  mn_kernel *k = R.exited ? NULL : kernel_of(L);
+  CUresult r;
+  mn_kernel *k = R.exited || !L->f ? NULL : kernel_of(L->f);
   if (!k || !mn_kernel_selected(k) || !mn_arena_ready()) {
     pthread_mutex_unlock(&R.mu);
     return fire(L);
@@ -876,8 +878,8 @@ static cudaError_t on_launch(mn_launch *L) {
   k->launches++;
   k->stats_dirty = 1;
   int cap = capture_state(L->ev_stream);
-  int dev = -1;
-  if (REAL(cudaGetDevice)(&dev) != cudaSuccess) REAL(cudaGetLastError)();
+  CUdevice dev = -1;
+  if (D.ctxGetDevice(&dev) != CUDA_SUCCESS) dev = -1;
   argscan a;
   memset(&a, 0, sizeof a);
   uint8_t *key = NULL;
@@ -886,21 +888,19 @@ static cudaError_t on_launch(mn_launch *L) {
     mn_kernel_skip(k, MN_SKIP_GRAPH_CAPTURE);
   } else if (cap == 2 || __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) > 0) {
     mn_kernel_skip(k, MN_SKIP_CAPTURE_ELSEWHERE);
-  } else if (dev != R.device) {
+  } else if (dev != R.cudev) {
     mn_kernel_skip(k, MN_SKIP_OTHER_DEVICE);
-  } else if (!kernel_params(k) || (k->nparams && !L->args)) {
+  } else if (!kernel_params(k, L->f)) {
     mn_kernel_skip(k, MN_SKIP_NO_PARAM_INFO);
   } else {
-    mn_resolve_vars();
+    mn_resolve_vars(k);
     a.bytes = calloc(k->argbytes + 1, 1);
     a.mask = calloc(k->argbytes + 1, 1);
-    if (a.bytes && a.mask) {
-      for (uint32_t i = 0; i < k->nparams; i++)
-        if (L->args[i]) memcpy(a.bytes + k->poff[i], L->args[i], k->psize[i]);
+    if (a.bytes && a.mask && copy_args(L, k, a.bytes)) {
       scan_args(k, &a);
       key = make_key(L, k, &a, &keylen);
     }
-    if (!key) mn_kernel_skip(k, MN_SKIP_FAILED);
+    if (!key) mn_kernel_skip(k, a.bytes && a.mask ? MN_SKIP_NO_PARAM_INFO : MN_SKIP_FAILED);
   }
   if (!key) {
     r = fire(L);
@@ -911,7 +911,7 @@ static cudaError_t on_launch(mn_launch *L) {
       free(key);
       if (inst->recorded) {
         r = fire_timed(L, inst);
-        if (r == cudaSuccess) {
+        if (r == CUDA_SUCCESS) {
           inst->count++;
           k->recorded_launches++;
         }
@@ -951,91 +951,56 @@ static cudaError_t on_launch(mn_launch *L) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* runtime launch entry points                                                                    */
+/* launch entry points                                                                            */
 
-extern cudaError_t cudaLaunchKernel_ptsz(const void *, dim3, dim3, void **, size_t, cudaStream_t);
-extern cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *, dim3, dim3, void **, size_t, cudaStream_t);
-extern cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *, const void *, void **);
-extern cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t);
-extern cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t, dim3, dim3, void **, size_t, cudaStream_t);
-
-static cudaStream_t explicit_stream(cudaStream_t s, int ptsz) { return ptsz && s == 0 ? cudaStreamPerThread : s; }
-
-static void init_func_launch(mn_launch *L, const char *api, void *real, const void *func, dim3 g, dim3 b, void **args,
-                             size_t shm, cudaStream_t s, int ptsz) {
+static void init_launch(mn_launch *L, const char *api, int shape, const mn_ip_slot *s, CUfunction f, unsigned gx,
+                        unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream st,
+                        void **params, void **extra) {
   memset(L, 0, sizeof *L);
   L->api = api;
-  L->shape = SHAPE_FUNC;
-  L->real = real;
-  L->func = func;
-  L->grid = g;
-  L->block = b;
-  L->args = args;
+  L->shape = shape;
+  L->real = s->real;
+  L->f = f;
+  L->grid[0] = gx, L->grid[1] = gy, L->grid[2] = gz;
+  L->block[0] = bx, L->block[1] = by, L->block[2] = bz;
   L->shmem = shm;
-  L->stream = s;
-  L->ev_stream = explicit_stream(s, ptsz);
+  L->stream = st;
+  L->ev_stream = mn_ip_stream(s, st);
+  L->params = params;
+  L->extra = extra;
 }
 
-MN_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t shm, cudaStream_t s) {
+CUresult mn_cu_launch_kernel(const mn_ip_slot *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned shm, CUstream st, void **params, void **extra) {
   mn_launch L;
-  init_func_launch(&L, "cudaLaunchKernel", (void *)REAL(cudaLaunchKernel), func, g, b, args, shm, s, 0);
+  init_launch(&L, "cuLaunchKernel", SHAPE_LAUNCH, s, f, gx, gy, gz, bx, by, bz, shm, st, params, extra);
   return on_launch(&L);
 }
 
-MN_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t shm, cudaStream_t s) {
+CUresult mn_cu_launch_cooperative_kernel(const mn_ip_slot *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                         unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream st,
+                                         void **params) {
   mn_launch L;
-  init_func_launch(&L, "cudaLaunchKernel", (void *)REAL(cudaLaunchKernel_ptsz), func, g, b, args, shm, s, 1);
-  return on_launch(&L);
-}
-
-MN_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 g, dim3 b, void **args, size_t shm, cudaStream_t s) {
-  mn_launch L;
-  init_func_launch(&L, "cudaLaunchCooperativeKernel", (void *)REAL(cudaLaunchCooperativeKernel), func, g, b, args, shm, s, 0);
+  init_launch(&L, "cuLaunchCooperativeKernel", SHAPE_COOP, s, f, gx, gy, gz, bx, by, bz, shm, st, params, NULL);
   L.coop = 1;
   return on_launch(&L);
 }
 
-MN_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t shm,
-                                                       cudaStream_t s) {
+CUresult mn_cu_launch_kernel_ex(const mn_ip_slot *s, const CUlaunchConfig *c, CUfunction f, void **params,
+                                void **extra) {
+  if (!c) return ((PFN_cuLaunchKernelEx_v11060)s->real)(c, f, params, extra);
   mn_launch L;
-  init_func_launch(&L, "cudaLaunchCooperativeKernel", (void *)REAL(cudaLaunchCooperativeKernel_ptsz), func, g, b, args,
-                   shm, s, 1);
-  L.coop = 1;
-  return on_launch(&L);
-}
-
-static cudaError_t launch_handle(const char *api, void *real, cudaKernel_t kernel, dim3 g, dim3 b, void **args,
-                                 size_t shm, cudaStream_t s, int ptsz) {
-  mn_launch L;
-  init_func_launch(&L, api, real, NULL, g, b, args, shm, s, ptsz);
-  L.shape = SHAPE_HANDLE;
-  L.handle = kernel;
-  return on_launch(&L);
-}
-
-MN_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 g, dim3 b, void **args, size_t shm, cudaStream_t s) {
-  return launch_handle("__cudaLaunchKernel", (void *)REAL(__cudaLaunchKernel), kernel, g, b, args, shm, s, 0);
-}
-
-MN_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 g, dim3 b, void **args, size_t shm, cudaStream_t s) {
-  return launch_handle("__cudaLaunchKernel", (void *)REAL(__cudaLaunchKernel_ptsz), kernel, g, b, args, shm, s, 1);
-}
-
-static cudaError_t launch_ex(void *real, const cudaLaunchConfig_t *config, const void *func, void **args, int ptsz) {
-  if (!config) return ((ex_launch_t)real)(config, func, args);
-  mn_launch L;
-  init_func_launch(&L, "cudaLaunchKernelEx", real, func, config->gridDim, config->blockDim, args,
-                   config->dynamicSmemBytes, config->stream, ptsz);
-  L.shape = SHAPE_EX;
-  L.config = config;
-  for (unsigned i = 0; config->attrs && i < config->numAttrs; i++) {
-    const cudaLaunchAttribute *at = &config->attrs[i];
-    if (at->id == cudaLaunchAttributeClusterDimension) {
-      L.cluster[0] = at->val.clusterDim.x;
-      L.cluster[1] = at->val.clusterDim.y;
-      L.cluster[2] = at->val.clusterDim.z;
-    } else if (at->id == cudaLaunchAttributeCooperative) {
-      L.coop = at->val.cooperative != 0;
+  init_launch(&L, "cuLaunchKernelEx", SHAPE_EX, s, f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX,
+              c->blockDimY, c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra);
+  L.config = c;
+  for (unsigned i = 0; c->attrs && i < c->numAttrs; i++) {
+    const CUlaunchAttribute *at = &c->attrs[i];
+    if (at->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      L.cluster[0] = at->value.clusterDim.x;
+      L.cluster[1] = at->value.clusterDim.y;
+      L.cluster[2] = at->value.clusterDim.z;
+    } else if (at->id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) {
+      L.coop = at->value.cooperative != 0;
     } else if (L.nother < sizeof L.other / sizeof L.other[0]) {
       L.other[L.nother++] = (uint32_t)at->id;
     }
@@ -1043,313 +1008,143 @@ static cudaError_t launch_ex(void *real, const cudaLaunchConfig_t *config, const
   return on_launch(&L);
 }
 
-MN_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args) {
-  return launch_ex((void *)REAL(cudaLaunchKernelExC), config, func, args, 0);
-}
+/* Apps linked with -lcuda that call the launch functions by name (the runtime and everything that
+ * asks cuGetProcAddress get the wrappers of driver.c instead). */
+static mn_ip_slot direct_slot[6];
 
-MN_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func, void **args) {
-  return launch_ex((void *)REAL(cudaLaunchKernelExC_ptsz), config, func, args, 1);
-}
-
-/* ---------------------------------------------------------------------------------------------- */
-/* launch paths mneme cannot record: reported per kernel                                          */
-
-static void report_stub(const void *func, int why) {
-  mn_init();
-  if (!R.active || R.broken || !func) return;
-  pthread_mutex_lock(&R.mu);
-  mn_kernel *k = mn_kernel_by_stub(func);
-  if (k && mn_kernel_selected(k)) {
-    k->launches++;
-    mn_kernel_skip(k, why);
+static const mn_ip_slot *direct(int i, const char *name, int version, int ptsz) {
+  mn_ip_slot *s = &direct_slot[i];
+  if (!__atomic_load_n(&s->real, __ATOMIC_ACQUIRE)) {
+    void *p = dlsym(RTLD_NEXT, name);
+    if (!p) p = mn_ip_real(name, version);
+    s->ptsz = ptsz;
+    __atomic_store_n(&s->real, p, __ATOMIC_RELEASE);
   }
-  pthread_mutex_unlock(&R.mu);
+  return s;
 }
 
-static void report_function(CUfunction f, int why) {
-  mn_init();
-  if (!R.active || R.broken || !f) return;
-  load_driver();
-  const char *name = NULL;
-  if (!D.funcGetName || D.funcGetName(&name, f) != CUDA_SUCCESS || !name) name = "unnamed_driver_kernel";
-  pthread_mutex_lock(&R.mu);
-  mn_kernel *k = mn_kernel_by_name(name, 1);
-  if (k) {
-    mn_kernel_announce(k);
-    if (mn_kernel_selected(k)) {
-      k->launches++;
-      mn_kernel_skip(k, why);
-      maybe_flush();
-    }
+#define DIRECT_LAUNCH(sym, i, ptsz)                                                                        \
+  MN_EXPORT CUresult sym(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
+                         unsigned bz, unsigned shm, CUstream st, void **params, void **extra) {             \
+    const mn_ip_slot *s = direct(i, #sym, 4000, ptsz);                                                     \
+    if (!s->real) return CUDA_ERROR_NOT_INITIALIZED;                                                       \
+    mn_init();                                                                                             \
+    return mn_cu_launch_kernel(s, f, gx, gy, gz, bx, by, bz, shm, st, params, extra);                     \
   }
-  pthread_mutex_unlock(&R.mu);
-}
-
-static void capture_begin(cudaError_t r) {
-  if (r == cudaSuccess) __atomic_add_fetch(&R.captures, 1, __ATOMIC_RELEASE);
-}
-
-static void capture_end(cudaError_t r) {
-  /* An invalidated capture still ends here; only "not capturing" leaves the count alone. */
-  if (r == cudaErrorIllegalState || r == cudaErrorInvalidValue || r == cudaErrorInvalidResourceHandle) return;
-  int c = __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE);
-  while (c > 0 && !__atomic_compare_exchange_n(&R.captures, &c, c - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
-}
-
-extern cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t, enum cudaStreamCaptureMode);
-extern cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t, cudaGraph_t, const cudaGraphNode_t *,
-                                                      const cudaGraphEdgeData *, size_t, enum cudaStreamCaptureMode);
-extern cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t, cudaGraph_t *);
-extern cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
-
-MN_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
-  mn_init();
-  cudaError_t r = REAL(cudaStreamBeginCapture)(stream, mode);
-  capture_begin(r);
-  return r;
-}
-
-MN_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
-  mn_init();
-  cudaError_t r = REAL(cudaStreamBeginCapture_ptsz)(stream, mode);
-  capture_begin(r);
-  return r;
-}
-
-MN_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *deps,
-                                                    const cudaGraphEdgeData *data, size_t n, enum cudaStreamCaptureMode mode) {
-  mn_init();
-  cudaError_t r = REAL(cudaStreamBeginCaptureToGraph)(stream, graph, deps, data, n, mode);
-  capture_begin(r);
-  return r;
-}
-
-MN_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t *deps,
-                                                         const cudaGraphEdgeData *data, size_t n,
-                                                         enum cudaStreamCaptureMode mode) {
-  mn_init();
-  cudaError_t r = REAL(cudaStreamBeginCaptureToGraph_ptsz)(stream, graph, deps, data, n, mode);
-  capture_begin(r);
-  return r;
-}
-
-MN_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
-  mn_init();
-  cudaError_t r = REAL(cudaStreamEndCapture)(stream, pGraph);
-  capture_end(r);
-  return r;
-}
-
-MN_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph) {
-  mn_init();
-  cudaError_t r = REAL(cudaStreamEndCapture_ptsz)(stream, pGraph);
-  capture_end(r);
-  return r;
-}
-
-MN_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
-                                             const cudaGraphNode_t *pDependencies, size_t numDependencies,
-                                             const struct cudaKernelNodeParams *pNodeParams) {
-  if (pNodeParams) report_stub(pNodeParams->func, MN_SKIP_GRAPH_NODE);
-  return REAL(cudaGraphAddKernelNode)(pGraphNode, graph, pDependencies, numDependencies, pNodeParams);
-}
-
-MN_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies,
-                                       const cudaGraphEdgeData *dependencyData, size_t numDependencies,
-                                       struct cudaGraphNodeParams *nodeParams) {
-  if (nodeParams && nodeParams->type == cudaGraphNodeTypeKernel) report_stub(nodeParams->kernel.func, MN_SKIP_GRAPH_NODE);
-  return REAL(cudaGraphAddNode)(pGraphNode, graph, pDependencies, dependencyData, numDependencies, nodeParams);
-}
-
-static int graph_launch_logged;
-
-static void graph_launched(void) {
-  mn_init();
-  if (!R.active) return;
-  pthread_mutex_lock(&R.mu);
-  mn_warn_once(&graph_launch_logged, "graph_launch",
-               "the app launches CUDA graphs; the kernels inside them are reported as graph_capture/graph_node");
-  pthread_mutex_unlock(&R.mu);
-}
-
-MN_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
-  graph_launched();
-  return REAL(cudaGraphLaunch)(graphExec, stream);
-}
-
-MN_EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream) {
-  graph_launched();
-  return REAL(cudaGraphLaunch_ptsz)(graphExec, stream);
-}
-
-/* The app's own driver-API launches. The runtime reaches the driver through cuGetProcAddress, never
- * through these symbols, so only the app's direct calls arrive here. */
-
-static void *driver_next(void **slot, const char *name, int version) {
-  void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-  if (!p) {
-    p = dlsym(RTLD_NEXT, name);
-    if (!p) p = mn_driver(name, version);
-    __atomic_store_n(slot, p, __ATOMIC_RELEASE);
+#define DIRECT_COOP(sym, i, ptsz)                                                                          \
+  MN_EXPORT CUresult sym(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
+                         unsigned bz, unsigned shm, CUstream st, void **params) {                           \
+    const mn_ip_slot *s = direct(i, #sym, 9000, ptsz);                                                     \
+    if (!s->real) return CUDA_ERROR_NOT_INITIALIZED;                                                       \
+    mn_init();                                                                                             \
+    return mn_cu_launch_cooperative_kernel(s, f, gx, gy, gz, bx, by, bz, shm, st, params);                \
   }
-  return p;
-}
-#define DRIVER(f, name, version) ((__typeof__(&f))driver_next(({ static void *mn_slot_; &mn_slot_; }), name, version))
-
+#define DIRECT_EX(sym, i, ptsz)                                                                            \
+  MN_EXPORT CUresult sym(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {              \
+    const mn_ip_slot *s = direct(i, #sym, 11060, ptsz);                                                    \
+    if (!s->real) return CUDA_ERROR_NOT_INITIALIZED;                                                       \
+    mn_init();                                                                                             \
+    return mn_cu_launch_kernel_ex(s, c, f, params, extra);                                                \
+  }
 extern CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void **, void **);
 extern CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
 extern CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                                unsigned, CUstream, void **);
+DIRECT_LAUNCH(cuLaunchKernel, 0, 0)
+DIRECT_LAUNCH(cuLaunchKernel_ptsz, 1, 1)
+DIRECT_COOP(cuLaunchCooperativeKernel, 2, 0)
+DIRECT_COOP(cuLaunchCooperativeKernel_ptsz, 3, 1)
+DIRECT_EX(cuLaunchKernelEx, 4, 0)
+DIRECT_EX(cuLaunchKernelEx_ptsz, 5, 1)
 
-MN_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                  unsigned bz, unsigned shm, CUstream s, void **params, void **extra) {
-  report_function(f, MN_SKIP_DRIVER_API);
-  __typeof__(&cuLaunchKernel) real = DRIVER(cuLaunchKernel, "cuLaunchKernel", 4000);
-  return real ? real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra) : CUDA_ERROR_NOT_INITIALIZED;
-}
+/* ---------------------------------------------------------------------------------------------- */
+/* launch paths mneme cannot record: reported per kernel                                          */
 
-MN_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                       unsigned bz, unsigned shm, CUstream s, void **params, void **extra) {
-  report_function(f, MN_SKIP_DRIVER_API);
-  __typeof__(&cuLaunchKernel_ptsz) real = DRIVER(cuLaunchKernel_ptsz, "cuLaunchKernel_ptsz", 4000);
-  return real ? real(f, gx, gy, gz, bx, by, bz, shm, s, params, extra) : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-MN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
-  report_function(f, MN_SKIP_DRIVER_API);
-  __typeof__(&cuLaunchKernelEx) real = DRIVER(cuLaunchKernelEx, "cuLaunchKernelEx", 11060);
-  return real ? real(config, f, params, extra) : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-MN_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
-  report_function(f, MN_SKIP_DRIVER_API);
-  __typeof__(&cuLaunchKernelEx_ptsz) real = DRIVER(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx_ptsz", 11060);
-  return real ? real(config, f, params, extra) : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-MN_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                             unsigned by, unsigned bz, unsigned shm, CUstream s, void **params) {
-  report_function(f, MN_SKIP_DRIVER_API);
-  __typeof__(&cuLaunchCooperativeKernel) real = DRIVER(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000);
-  return real ? real(f, gx, gy, gz, bx, by, bz, shm, s, params) : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-MN_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                                  unsigned by, unsigned bz, unsigned shm, CUstream s, void **params) {
-  report_function(f, MN_SKIP_DRIVER_API);
-  __typeof__(&cuLaunchCooperativeKernel_ptsz) real = DRIVER(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel_ptsz", 9000);
-  return real ? real(f, gx, gy, gz, bx, by, bz, shm, s, params) : CUDA_ERROR_NOT_INITIALIZED;
-}
-
-/* Entry points the app asks the runtime or the driver for (cudaGetDriverEntryPoint*, cuGetProcAddress):
- * the launch functions come back wrapped, so that these launches are reported too. Two slots per
- * function cover its legacy- and per-thread-stream variants; a third distinct one is handed out bare. */
-
-typedef CUresult (*cu_launch_t)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                CUstream, void **, void **);
-typedef CUresult (*cu_launch_ex_t)(const CUlaunchConfig *, CUfunction, void **, void **);
-typedef CUresult (*cu_launch_coop_t)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                     CUstream, void **);
-
-static void *entry_slot[3][2];
-
-#define LAUNCH_WRAPPER(idx, k)                                                                                  \
-  static CUresult wrap_launch_##k(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
-                                  unsigned bz, unsigned shm, CUstream s, void **params, void **extra) {         \
-    report_function(f, MN_SKIP_DRIVER_API);                                                                     \
-    return ((cu_launch_t)entry_slot[idx][k])(f, gx, gy, gz, bx, by, bz, shm, s, params, extra);                 \
-  }
-#define LAUNCH_EX_WRAPPER(idx, k)                                                                               \
-  static CUresult wrap_launch_ex_##k(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {      \
-    report_function(f, MN_SKIP_DRIVER_API);                                                                     \
-    return ((cu_launch_ex_t)entry_slot[idx][k])(c, f, params, extra);                                           \
-  }
-#define LAUNCH_COOP_WRAPPER(idx, k)                                                                             \
-  static CUresult wrap_launch_coop_##k(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,        \
-                                       unsigned by, unsigned bz, unsigned shm, CUstream s, void **params) {     \
-    report_function(f, MN_SKIP_DRIVER_API);                                                                     \
-    return ((cu_launch_coop_t)entry_slot[idx][k])(f, gx, gy, gz, bx, by, bz, shm, s, params);                   \
-  }
-LAUNCH_WRAPPER(0, 0)
-LAUNCH_WRAPPER(0, 1)
-LAUNCH_EX_WRAPPER(1, 0)
-LAUNCH_EX_WRAPPER(1, 1)
-LAUNCH_COOP_WRAPPER(2, 0)
-LAUNCH_COOP_WRAPPER(2, 1)
-
-static const struct {
-  const char *name;
-  void *wrappers[2];
-} wrapped_entries[3] = {
-    {"cuLaunchKernel", {(void *)wrap_launch_0, (void *)wrap_launch_1}},
-    {"cuLaunchKernelEx", {(void *)wrap_launch_ex_0, (void *)wrap_launch_ex_1}},
-    {"cuLaunchCooperativeKernel", {(void *)wrap_launch_coop_0, (void *)wrap_launch_coop_1}},
-};
-
-static void wrap_entry(const char *symbol, void **pfn) {
-  if (!symbol || !pfn || !*pfn) return;
-  mn_init();
-  if (!R.active) return;
-  for (int i = 0; i < 3; i++) {
-    if (strcmp(symbol, wrapped_entries[i].name) != 0) continue;
-    pthread_mutex_lock(&R.mu);
-    for (int k = 0; k < 2; k++) {
-      if (!entry_slot[i][k]) entry_slot[i][k] = *pfn;
-      if (entry_slot[i][k] == *pfn) {
-        *pfn = wrapped_entries[i].wrappers[k];
-        break;
-      }
+static void report_function(CUfunction f, int why) {
+  if (!R.active || R.broken || !f) return;
+  pthread_mutex_lock(&R.mu);
+  mn_kernel *k = mn_kernel_by_handle(f);
+  if (!k) k = kernel_of(f);
+  if (k) {
+    mn_kernel_announce(k);
+    if (mn_kernel_selected(k)) {
+      k->launches++;
+      mn_kernel_skip(k, why);
     }
-    pthread_mutex_unlock(&R.mu);
-    return;
   }
+  pthread_mutex_unlock(&R.mu);
 }
 
-extern cudaError_t cudaGetDriverEntryPoint_ptsz(const char *, void **, unsigned long long, enum cudaDriverEntryPointQueryResult *);
-extern cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *, void **, unsigned int, unsigned long long,
-                                                         enum cudaDriverEntryPointQueryResult *);
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* deprecated, but apps still call it */
-MN_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
-                                              enum cudaDriverEntryPointQueryResult *driverStatus) {
-  cudaError_t r = REAL(cudaGetDriverEntryPoint)(symbol, funcPtr, flags, driverStatus);
-  if (r == cudaSuccess) wrap_entry(symbol, funcPtr);
-  return r;
-}
-#pragma GCC diagnostic pop
-
-MN_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
-                                                   enum cudaDriverEntryPointQueryResult *driverStatus) {
-  cudaError_t r = REAL(cudaGetDriverEntryPoint_ptsz)(symbol, funcPtr, flags, driverStatus);
-  if (r == cudaSuccess) wrap_entry(symbol, funcPtr);
-  return r;
+static void capture_begin(CUresult r) {
+  if (r == CUDA_SUCCESS) __atomic_add_fetch(&R.captures, 1, __ATOMIC_RELEASE);
 }
 
-MN_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
-                                                       unsigned long long flags,
-                                                       enum cudaDriverEntryPointQueryResult *driverStatus) {
-  cudaError_t r = REAL(cudaGetDriverEntryPointByVersion)(symbol, funcPtr, cudaVersion, flags, driverStatus);
-  if (r == cudaSuccess) wrap_entry(symbol, funcPtr);
+static void capture_end(CUresult r) {
+  /* An invalidated capture still ends here; only "not capturing" leaves the count alone. */
+  if (r == CUDA_ERROR_ILLEGAL_STATE || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE ||
+      r == CUDA_ERROR_NOT_INITIALIZED || r == CUDA_ERROR_INVALID_CONTEXT)
+    return;
+  int c = __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE);
+  while (c > 0 && !__atomic_compare_exchange_n(&R.captures, &c, c - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
+}
+
+CUresult mn_cu_stream_begin_capture(const mn_ip_slot *s, CUstream st, CUstreamCaptureMode mode) {
+  CUresult r = ((PFN_cuStreamBeginCapture_v10010)s->real)(st, mode);
+  capture_begin(r);
   return r;
 }
 
-MN_EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion,
-                                                            unsigned long long flags,
-                                                            enum cudaDriverEntryPointQueryResult *driverStatus) {
-  cudaError_t r = REAL(cudaGetDriverEntryPointByVersion_ptsz)(symbol, funcPtr, cudaVersion, flags, driverStatus);
-  if (r == cudaSuccess) wrap_entry(symbol, funcPtr);
+CUresult mn_cu_stream_begin_capture_to_graph(const mn_ip_slot *s, CUstream st, CUgraph g, const CUgraphNode *deps,
+                                             const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode) {
+  CUresult r = ((PFN_cuStreamBeginCaptureToGraph_v12030)s->real)(st, g, deps, data, n, mode);
+  capture_begin(r);
   return r;
 }
 
-/* The app's own cuGetProcAddress (the runtime and this library reach libcuda's through dlsym on its
- * handle, never through this symbol). */
-MN_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
-                                       CUdriverProcAddressQueryResult *symbolStatus) {
-  __typeof__(&cuGetProcAddress_v2) real = DRIVER(cuGetProcAddress_v2, "cuGetProcAddress_v2", 12000);
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult r = real(symbol, pfn, cudaVersion, flags, symbolStatus);
-  if (r == CUDA_SUCCESS) wrap_entry(symbol, pfn);
+CUresult mn_cu_stream_end_capture(const mn_ip_slot *s, CUstream st, CUgraph *g) {
+  CUresult r = ((PFN_cuStreamEndCapture_v10000)s->real)(st, g);
+  capture_end(r);
   return r;
+}
+
+CUresult mn_cu_graph_add_kernel_node(const mn_ip_slot *s, CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                     size_t n, const CUDA_KERNEL_NODE_PARAMS_v2 *p) {
+  if (p) report_function(p->func ? p->func : (CUfunction)p->kern, MN_SKIP_GRAPH_NODE);
+  return ((PFN_cuGraphAddKernelNode_v12000)s->real)(node, g, deps, n, p);
+}
+
+CUresult mn_cu_graph_add_kernel_node_v1(const mn_ip_slot *s, CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                        size_t n, const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+  if (p) report_function(p->func, MN_SKIP_GRAPH_NODE);
+  return ((PFN_cuGraphAddKernelNode_v10000)s->real)(node, g, deps, n, p);
+}
+
+static void node_added(const CUgraphNodeParams *p) {
+  if (p && p->type == CU_GRAPH_NODE_TYPE_KERNEL)
+    report_function(p->kernel.func ? p->kernel.func : (CUfunction)p->kernel.kern, MN_SKIP_GRAPH_NODE);
+}
+
+CUresult mn_cu_graph_add_node(const mn_ip_slot *s, CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                              const CUgraphEdgeData *data, size_t n, CUgraphNodeParams *p) {
+  node_added(p);
+  return ((PFN_cuGraphAddNode_v12030)s->real)(node, g, deps, data, n, p);
+}
+
+CUresult mn_cu_graph_add_node_v1(const mn_ip_slot *s, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                 CUgraphNodeParams *p) {
+  node_added(p);
+  return ((PFN_cuGraphAddNode_v12020)s->real)(node, g, deps, n, p);
+}
+
+static int graph_launch_logged;
+
+CUresult mn_cu_graph_launch(const mn_ip_slot *s, CUgraphExec exec, CUstream st) {
+  if (R.active) {
+    pthread_mutex_lock(&R.mu);
+    mn_warn_once(&graph_launch_logged, "graph_launch",
+                 "the app launches CUDA graphs; the kernels inside them are reported as graph_capture/graph_node");
+    pthread_mutex_unlock(&R.mu);
+  }
+  return ((PFN_cuGraphLaunch_v10000)s->real)(exec, st);
 }

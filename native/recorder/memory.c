@@ -5,7 +5,11 @@
  *
  * Memory the recorder cannot place (managed memory, host memory the app registers itself, allocations
  * on another device or after the arena filled up) is remembered, so launches that receive pointers into
- * it are marked not replayable. */
+ * it are marked not replayable.
+ *
+ * All of it at the driver API (cuMemAlloc_v2 & co., wrapped through native/interpose): the runtime's
+ * cudaMalloc, cudaMallocPitch, cudaMalloc3D, cudaMallocAsync, cudaMallocHost... arrive here whether it
+ * is linked statically or shared, and so do the runtime's own allocations. */
 #include "state.h"
 
 #include <errno.h>
@@ -24,59 +28,7 @@
 
 static int warned_full, warned_pinned, warned_capture_free;
 
-/* ---------------------------------------------------------------------------------------------- */
-/* driver entry points                                                                            */
-
-static struct {
-  CUresult (*ctxGetDevice)(CUdevice *);
-  CUresult (*getGranularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
-  CUresult (*addressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-  CUresult (*addressFree)(CUdeviceptr, size_t);
-  CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-  CUresult (*release)(CUmemGenericAllocationHandle);
-  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-  CUresult (*unmap)(CUdeviceptr, size_t);
-  CUresult (*setAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-  CUresult (*deviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
-  CUresult (*getErrorString)(CUresult, const char **);
-} D;
-
 static CUmemAllocationProp prop;
-
-static const char *cu_err(CUresult r) {
-  const char *s = NULL;
-  if (D.getErrorString && D.getErrorString(r, &s) == CUDA_SUCCESS && s) return s;
-  return "unknown driver error";
-}
-
-static int load_driver(char *why, size_t cap) {
-  const char *missing = mn_driver_missing();
-  if (missing) {
-    snprintf(why, cap, "libcuda.so.1 cannot be loaded (%s): no NVIDIA driver on this machine", missing);
-    return -1;
-  }
-#define LOAD(field, name, version)                                                          \
-  do {                                                                                      \
-    D.field = (__typeof__(D.field))mn_driver(name, version);                                \
-    if (!D.field) {                                                                         \
-      snprintf(why, cap, "the driver lacks %s (libcuda.so.1 too old or missing)", name);   \
-      return -1;                                                                            \
-    }                                                                                       \
-  } while (0)
-  LOAD(getErrorString, "cuGetErrorString", 6000);
-  LOAD(ctxGetDevice, "cuCtxGetDevice", 2000);
-  LOAD(getGranularity, "cuMemGetAllocationGranularity", 10020);
-  LOAD(addressReserve, "cuMemAddressReserve", 10020);
-  LOAD(addressFree, "cuMemAddressFree", 10020);
-  LOAD(create, "cuMemCreate", 10020);
-  LOAD(release, "cuMemRelease", 10020);
-  LOAD(map, "cuMemMap", 10020);
-  LOAD(unmap, "cuMemUnmap", 10020);
-  LOAD(setAccess, "cuMemSetAccess", 10020);
-  LOAD(deviceGetAttribute, "cuDeviceGetAttribute", 2000);
-#undef LOAD
-  return 0;
-}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* the device arena                                                                               */
@@ -114,25 +66,20 @@ static int reserve_fixed(uint64_t base, uint64_t bytes, uint64_t *got) {
   return -1;
 }
 
+/* Called at the first allocation, with the allocating thread's context current (the driver refuses
+ * allocations without one). */
 static int setup_arena(void) {
   char why[512];
-  if (load_driver(why, sizeof why)) {
+  if (mn_drv_load(why, sizeof why)) {
     mn_error("cannot set up the device arena", why);
     return -1;
   }
-  /* Make sure the runtime has created (and made current) the primary context. */
-  cudaError_t e = REAL(cudaFree)(NULL);
-  if (e != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    mn_error("the CUDA runtime could not initialise", REAL(cudaGetErrorString)(e));
-    return -1;
-  }
-  REAL(cudaGetDevice)(&R.device);
   CUresult r = D.ctxGetDevice(&R.cudev);
   if (r != CUDA_SUCCESS) {
-    mn_error("no current CUDA context", cu_err(r));
+    mn_error("no current CUDA context", mn_cu_err(r));
     return -1;
   }
+  R.device = (int)R.cudev;
   memset(&prop, 0, sizeof prop);
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -143,7 +90,7 @@ static int setup_arena(void) {
   size_t gran = 0;
   r = D.getGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   if (r != CUDA_SUCCESS || gran == 0) {
-    mn_error("cuMemGetAllocationGranularity failed", cu_err(r));
+    mn_error("cuMemGetAllocationGranularity failed", mn_cu_err(r));
     return -1;
   }
   R.chunk = mn_round_up(MN_CHUNK_MIN, gran);
@@ -181,6 +128,9 @@ static int setup_arena(void) {
 
 int mn_arena_ready(void) {
   if (R.arena_state) return R.arena_state > 0;
+  char why[256];
+  CUdevice d;
+  if (mn_drv_load(why, sizeof why) == 0 && D.ctxGetDevice(&d) != CUDA_SUCCESS) return 0; /* no context yet */
   R.arena_state = -1;
   if (setup_arena() == 0) {
     R.arena_state = 1;
@@ -196,7 +146,7 @@ static void backing_failed(const char *call, CUresult r) {
   static int reported;
   if (reported++) return;
   char why[256];
-  snprintf(why, sizeof why, "%s failed: %s (%d)", call, cu_err(r), (int)r);
+  snprintf(why, sizeof why, "%s failed: %s (%d)", call, mn_cu_err(r), (int)r);
   mn_error("cannot back the device arena with memory; allocations are served outside it and kernels using them cannot be replayed", why);
 }
 
@@ -293,8 +243,8 @@ static void annots_drop(uint64_t addr, uint64_t size) {
 }
 
 /* Device allocation from the arena; 0 when the arena cannot serve it (the caller falls back). */
-static uint64_t dev_alloc(uint64_t size, cudaError_t *err) {
-  *err = cudaSuccess;
+static uint64_t dev_alloc(uint64_t size, CUresult *err) {
+  *err = CUDA_SUCCESS;
   mn_drain_deferred_frees();
   uint64_t a = mn_arena_alloc(&R.dev, size);
   if (!a) {
@@ -312,9 +262,9 @@ static uint64_t dev_alloc(uint64_t size, cudaError_t *err) {
   }
   CUresult r = back(a, size);
   if (r != CUDA_SUCCESS) {
-    /* out of device memory: the app gets the error; anything else: the runtime serves it (foreign) */
+    /* out of device memory: the app gets the error; anything else: the driver serves it (foreign) */
     mn_arena_free(&R.dev, a, NULL);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) *err = cudaErrorMemoryAllocation;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) *err = r;
     return 0;
   }
   return a;
@@ -322,59 +272,55 @@ static uint64_t dev_alloc(uint64_t size, cudaError_t *err) {
 
 /* The arena serves the calling thread's current device only. */
 static int on_arena_device(void) {
-  int dev = -1;
-  if (REAL(cudaGetDevice)(&dev) != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    return 0;
-  }
-  return dev == R.device;
+  CUdevice d = -1;
+  return D.ctxGetDevice(&d) == CUDA_SUCCESS && d == R.cudev;
 }
 
-/* Serves `size` bytes: from the arena when it can, else through the runtime's allocator (remembered as
+typedef CUresult (*fallback_fn)(const mn_ip_slot *s, CUdeviceptr *p, size_t size, void *ctx);
+
+/* Serves `size` bytes: from the arena when it can, else through the driver's allocator (remembered as
  * foreign memory). */
-static cudaError_t serve(void **ptr, size_t size, cudaError_t (*fallback)(void **, size_t, void *), void *ctx) {
-  if (!ptr) return cudaErrorInvalidValue;
-  mn_init();
-  if (!R.active || R.broken || size == 0) return fallback(ptr, size, ctx);
+static CUresult serve(const mn_ip_slot *s, CUdeviceptr *ptr, size_t size, fallback_fn fallback, void *ctx) {
+  if (!ptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!R.active || R.broken || size == 0) return fallback(s, ptr, size, ctx);
   pthread_mutex_lock(&R.mu);
   if (!mn_arena_ready() || !on_arena_device()) {
     int ready = R.arena_state > 0;
     pthread_mutex_unlock(&R.mu);
-    cudaError_t r = fallback(ptr, size, ctx);
-    if (r == cudaSuccess && ready) {
+    CUresult r = fallback(s, ptr, size, ctx);
+    if (r == CUDA_SUCCESS && ready) {
       pthread_mutex_lock(&R.mu);
-      foreign_add((uint64_t)(uintptr_t)*ptr, size, MN_FOREIGN_OTHER_DEVICE);
+      foreign_add((uint64_t)*ptr, size, MN_FOREIGN_OTHER_DEVICE);
       pthread_mutex_unlock(&R.mu);
     }
     return r;
   }
-  cudaError_t err;
+  CUresult err;
   uint64_t a = dev_alloc(size, &err);
   if (a) {
-    *ptr = (void *)(uintptr_t)a;
+    *ptr = (CUdeviceptr)a;
     pthread_mutex_unlock(&R.mu);
-    return cudaSuccess;
+    return CUDA_SUCCESS;
   }
   pthread_mutex_unlock(&R.mu);
-  if (err != cudaSuccess) return err;
-  cudaError_t r = fallback(ptr, size, ctx);
-  if (r == cudaSuccess) {
+  if (err != CUDA_SUCCESS) return err;
+  CUresult r = fallback(s, ptr, size, ctx);
+  if (r == CUDA_SUCCESS) {
     pthread_mutex_lock(&R.mu);
-    foreign_add((uint64_t)(uintptr_t)*ptr, size, MN_FOREIGN_OTHER_DEVICE);
+    foreign_add((uint64_t)*ptr, size, MN_FOREIGN_OTHER_DEVICE);
     pthread_mutex_unlock(&R.mu);
   }
   return r;
 }
 
 /* Frees an arena allocation; 1 when `ptr` was one, 0 when it is not arena memory. */
-static int arena_release(void *ptr, cudaError_t *err) {
-  uint64_t a = (uint64_t)(uintptr_t)ptr;
-  *err = cudaSuccess;
-  if (!ptr || R.arena_state <= 0 || !mn_arena_contains(&R.dev, a)) return 0;
+static int arena_release(uint64_t a, CUresult *err) {
+  *err = CUDA_SUCCESS;
+  if (!a || R.arena_state <= 0 || !mn_arena_contains(&R.dev, a)) return 0;
   mn_alloc dead;
   mn_drain_deferred_frees();
   if (mn_arena_free(&R.dev, a, &dead) != 0) {
-    *err = cudaErrorInvalidValue;
+    *err = CUDA_ERROR_INVALID_VALUE;
     return 1;
   }
   annots_drop(dead.addr, dead.size);
@@ -382,14 +328,14 @@ static int arena_release(void *ptr, cudaError_t *err) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* frees that wait for their stream (cudaFreeAsync): a host callback queues the address; the queue has
+/* frees that wait for their stream (cuMemFreeAsync): a host callback queues the address; the queue has
  * its own lock because the callback runs while another thread may hold R.mu in a device synchronize. */
 
 static pthread_mutex_t freeq_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t *freeq;
 static size_t nfreeq, capfreeq;
 
-static void CUDART_CB deferred_free(void *data) {
+static void CUDA_CB deferred_free(void *data) {
   pthread_mutex_lock(&freeq_mu);
   if (nfreeq == capfreeq) {
     size_t ncap = capfreeq ? capfreeq * 2 : 64;
@@ -416,188 +362,132 @@ void mn_drain_deferred_frees(void) {
 /* ---------------------------------------------------------------------------------------------- */
 /* device allocation entry points                                                                 */
 
-static cudaError_t fb_malloc(void **p, size_t size, void *ctx) {
+static CUresult fb_alloc(const mn_ip_slot *s, CUdeviceptr *p, size_t size, void *ctx) {
   (void)ctx;
-  return REAL(cudaMalloc)(p, size);
+  return ((PFN_cuMemAlloc_v3020)s->real)(p, size);
 }
 
-MN_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) { return serve(devPtr, size, fb_malloc, NULL); }
+CUresult mn_cu_mem_alloc(const mn_ip_slot *s, CUdeviceptr *dptr, size_t bytesize) {
+  return serve(s, dptr, bytesize, fb_alloc, NULL);
+}
 
-MN_EXPORT cudaError_t cudaFree(void *devPtr) {
-  mn_init();
-  if (!R.active || R.broken || !devPtr) return REAL(cudaFree)(devPtr);
-  if (R.arena_state <= 0 || !mn_arena_contains(&R.dev, (uint64_t)(uintptr_t)devPtr)) {
-    cudaError_t r = REAL(cudaFree)(devPtr);
-    if (r == cudaSuccess) {
+CUresult mn_cu_mem_free(const mn_ip_slot *s, CUdeviceptr dptr) {
+  uint64_t a = (uint64_t)dptr;
+  if (!R.active || R.broken || !a || R.arena_state <= 0 || !mn_arena_contains(&R.dev, a)) {
+    CUresult r = ((PFN_cuMemFree_v3020)s->real)(dptr);
+    if (r == CUDA_SUCCESS && R.active && a) {
       pthread_mutex_lock(&R.mu);
-      foreign_del((uint64_t)(uintptr_t)devPtr);
+      foreign_del(a);
       pthread_mutex_unlock(&R.mu);
     }
     return r;
   }
-  /* cudaFree synchronizes the device; keep that, so memory is not reused under a running kernel. A
-   * sync would break a stream capture in progress, and cudaFree is not allowed there anyway. */
-  cudaError_t sync = cudaSuccess;
-  if (__atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) == 0) sync = REAL(cudaDeviceSynchronize)();
-  cudaError_t err;
+  /* cuMemFree waits for the device; keep that, so memory is not reused under a running kernel. A
+   * sync would break a stream capture in progress, and freeing is not allowed there anyway. */
+  CUresult sync = CUDA_SUCCESS;
+  if (__atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) == 0) sync = D.ctxSynchronize();
+  CUresult err;
   pthread_mutex_lock(&R.mu);
-  arena_release(devPtr, &err);
+  arena_release(a, &err);
   pthread_mutex_unlock(&R.mu);
-  return err != cudaSuccess ? err : sync;
+  return err != CUDA_SUCCESS ? err : sync;
 }
 
-struct async_ctx { cudaStream_t stream; int ptsz; cudaMemPool_t pool; };
+struct async_ctx { CUstream stream; CUmemoryPool pool; };
 
-extern cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream);
-extern cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream);
-extern cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream);
-
-static cudaError_t fb_malloc_async(void **p, size_t size, void *ctx) {
+static CUresult fb_alloc_async(const mn_ip_slot *s, CUdeviceptr *p, size_t size, void *ctx) {
   struct async_ctx *c = ctx;
-  if (c->pool) return c->ptsz ? REAL(cudaMallocFromPoolAsync_ptsz)(p, size, c->pool, c->stream)
-                              : REAL(cudaMallocFromPoolAsync)(p, size, c->pool, c->stream);
-  return c->ptsz ? REAL(cudaMallocAsync_ptsz)(p, size, c->stream) : REAL(cudaMallocAsync)(p, size, c->stream);
+  if (c->pool) return ((PFN_cuMemAllocFromPoolAsync_v11020)s->real)(p, size, c->pool, c->stream);
+  return ((PFN_cuMemAllocAsync_v11020)s->real)(p, size, c->stream);
 }
 
-MN_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream) {
-  struct async_ctx c = {hStream, 0, NULL};
-  return serve(devPtr, size, fb_malloc_async, &c);
-}
-
-MN_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream) {
-  struct async_ctx c = {hStream, 1, NULL};
-  return serve(devPtr, size, fb_malloc_async, &c);
+CUresult mn_cu_mem_alloc_async(const mn_ip_slot *s, CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+  struct async_ctx c = {hStream, NULL};
+  return serve(s, dptr, bytesize, fb_alloc_async, &c);
 }
 
 /* Pool allocations are served from the arena too (the pool's own properties are not kept). */
-MN_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream) {
-  struct async_ctx c = {stream, 0, memPool};
-  return serve(ptr, size, fb_malloc_async, &c);
+CUresult mn_cu_mem_alloc_from_pool_async(const mn_ip_slot *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                         CUstream hStream) {
+  struct async_ctx c = {hStream, pool};
+  return serve(s, dptr, bytesize, fb_alloc_async, &c);
 }
 
-MN_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream) {
-  struct async_ctx c = {stream, 1, memPool};
-  return serve(ptr, size, fb_malloc_async, &c);
+static int stream_capturing(CUstream s) {
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (D.streamIsCapturing(s, &st) != CUDA_SUCCESS) return 1;
+  return st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-static int stream_capturing(cudaStream_t s) {
-  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (REAL(cudaStreamIsCapturing)(s, &st) != cudaSuccess) {
-    REAL(cudaGetLastError)();
-    return 1;
-  }
-  return st != cudaStreamCaptureStatusNone;
-}
-
-static cudaError_t free_async(void *devPtr, cudaStream_t stream, int ptsz) {
-  mn_init();
-  uint64_t a = (uint64_t)(uintptr_t)devPtr;
-  if (!R.active || R.broken || !devPtr || R.arena_state <= 0 || !mn_arena_contains(&R.dev, a))
-    return ptsz ? REAL(cudaFreeAsync_ptsz)(devPtr, stream) : REAL(cudaFreeAsync)(devPtr, stream);
-  cudaStream_t s = ptsz && stream == 0 ? cudaStreamPerThread : stream;
+CUresult mn_cu_mem_free_async(const mn_ip_slot *slot, CUdeviceptr dptr, CUstream hStream) {
+  uint64_t a = (uint64_t)dptr;
+  if (!R.active || R.broken || !a || R.arena_state <= 0 || !mn_arena_contains(&R.dev, a))
+    return ((PFN_cuMemFreeAsync_v11020)slot->real)(dptr, hStream);
+  CUstream s = mn_ip_stream(slot, hStream);
   if (__atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) > 0 || stream_capturing(s)) {
     /* A graph would free it on every replay: keep it allocated instead. */
     pthread_mutex_lock(&R.mu);
     mn_warn_once(&warned_capture_free, "cudaFreeAsync during stream capture: the arena keeps that memory", NULL);
     pthread_mutex_unlock(&R.mu);
-    return cudaSuccess;
+    return CUDA_SUCCESS;
   }
   pthread_mutex_lock(&R.mu);
   const mn_alloc *al = mn_arena_find(&R.dev, a);
   int valid = al && al->addr == a;
   pthread_mutex_unlock(&R.mu);
-  if (!valid) return cudaErrorInvalidValue;
-  if (REAL(cudaLaunchHostFunc)(s, deferred_free, devPtr) == cudaSuccess) return cudaSuccess;
-  REAL(cudaGetLastError)();
-  cudaError_t r = REAL(cudaStreamSynchronize)(s);
-  cudaError_t err;
+  if (!valid) return CUDA_ERROR_INVALID_VALUE;
+  if (D.launchHostFunc(s, deferred_free, (void *)(uintptr_t)a) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  CUresult r = D.streamSynchronize(s);
+  CUresult err;
   pthread_mutex_lock(&R.mu);
-  arena_release(devPtr, &err);
+  arena_release(a, &err);
   pthread_mutex_unlock(&R.mu);
-  return err != cudaSuccess ? err : r;
+  return err != CUDA_SUCCESS ? err : r;
 }
 
-MN_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream) { return free_async(devPtr, hStream, 0); }
-MN_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream) { return free_async(devPtr, hStream, 1); }
-
-/* Row pitch the runtime would choose: probed once from the real cudaMallocPitch. */
-static uint64_t pitch_align(void) {
+/* Row pitch the driver would choose: probed once from the real cuMemAllocPitch. */
+static uint64_t pitch_align(unsigned int elem) {
   if (R.pitch_align) return R.pitch_align;
-  void *p = NULL;
+  CUdeviceptr p = 0;
   size_t pitch = 0;
   R.pitch_align = 512;
-  if (REAL(cudaMallocPitch)(&p, &pitch, 1, 1) == cudaSuccess) {
+  if (D.allocPitch(&p, &pitch, 1, 1, elem) == CUDA_SUCCESS) {
     if (pitch && (pitch & (pitch - 1)) == 0) R.pitch_align = pitch;
-    REAL(cudaFree)(p);
-  } else {
-    REAL(cudaGetLastError)();
+    D.memFree(p);
   }
   return R.pitch_align;
 }
 
-struct pitch_ctx { size_t *pitch; size_t width, height; };
+struct pitch_ctx { size_t *pitch; size_t width, height; unsigned int elem; };
 
-static cudaError_t fb_pitch(void **p, size_t size, void *ctx) {
+static CUresult fb_pitch(const mn_ip_slot *s, CUdeviceptr *p, size_t size, void *ctx) {
   (void)size;
   struct pitch_ctx *c = ctx;
-  return REAL(cudaMallocPitch)(p, c->pitch, c->width, c->height);
+  return ((PFN_cuMemAllocPitch_v3020)s->real)(p, c->pitch, c->width, c->height, c->elem);
 }
 
-MN_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
-  mn_init();
-  if (!R.active || R.broken || !devPtr || !pitch || width == 0 || height == 0)
-    return REAL(cudaMallocPitch)(devPtr, pitch, width, height);
+CUresult mn_cu_mem_alloc_pitch(const mn_ip_slot *s, CUdeviceptr *dptr, size_t *pPitch, size_t width, size_t height,
+                               unsigned int elem) {
+  struct pitch_ctx c = {pPitch, width, height, elem};
+  if (!R.active || R.broken || !dptr || !pPitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
+    return fb_pitch(s, dptr, 0, &c);
   pthread_mutex_lock(&R.mu);
   int ready = mn_arena_ready();
-  uint64_t p = ready ? mn_pitch(width, pitch_align()) : 0;
+  uint64_t p = ready ? mn_pitch(width, pitch_align(elem)) : 0;
   pthread_mutex_unlock(&R.mu);
-  if (!ready || p == 0 || height > UINT64_MAX / p) return REAL(cudaMallocPitch)(devPtr, pitch, width, height);
-  struct pitch_ctx c = {pitch, width, height};
-  size_t keep = *pitch;
-  *pitch = (size_t)p;
-  cudaError_t r = serve(devPtr, (size_t)(p * height), fb_pitch, &c);
-  if (r != cudaSuccess) *pitch = keep;
+  if (!ready || p == 0 || height > UINT64_MAX / p) return fb_pitch(s, dptr, 0, &c);
+  size_t keep = *pPitch;
+  *pPitch = (size_t)p;
+  CUresult r = serve(s, dptr, (size_t)(p * height), fb_pitch, &c);
+  if (r != CUDA_SUCCESS) *pPitch = keep;
   return r;
 }
 
-struct m3d_ctx { struct cudaPitchedPtr *pp; struct cudaExtent ext; };
-
-static cudaError_t fb_3d(void **p, size_t size, void *ctx) {
-  (void)size;
-  struct m3d_ctx *c = ctx;
-  cudaError_t r = REAL(cudaMalloc3D)(c->pp, c->ext);
-  if (r == cudaSuccess) *p = c->pp->ptr;
-  return r;
-}
-
-MN_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent) {
-  mn_init();
-  if (!R.active || R.broken || !pitchedDevPtr || extent.width == 0 || extent.height == 0 || extent.depth == 0)
-    return REAL(cudaMalloc3D)(pitchedDevPtr, extent);
-  pthread_mutex_lock(&R.mu);
-  int ready = mn_arena_ready();
-  uint64_t p = ready ? mn_pitch(extent.width, pitch_align()) : 0;
-  pthread_mutex_unlock(&R.mu);
-  if (!ready || p == 0 || extent.height > UINT64_MAX / p || extent.depth > UINT64_MAX / (p * extent.height))
-    return REAL(cudaMalloc3D)(pitchedDevPtr, extent);
-  struct m3d_ctx c = {pitchedDevPtr, extent};
-  void *ptr = NULL;
-  cudaError_t r = serve(&ptr, (size_t)(p * extent.height * extent.depth), fb_3d, &c);
-  if (r == cudaSuccess && mn_arena_contains(&R.dev, (uint64_t)(uintptr_t)ptr)) {
-    pitchedDevPtr->ptr = ptr;
-    pitchedDevPtr->pitch = (size_t)p;
-    pitchedDevPtr->xsize = extent.width;
-    pitchedDevPtr->ysize = extent.height;
-  }
-  return r;
-}
-
-MN_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags) {
-  mn_init();
-  cudaError_t r = REAL(cudaMallocManaged)(devPtr, size, flags);
-  if (r == cudaSuccess && R.active && devPtr) {
+CUresult mn_cu_mem_alloc_managed(const mn_ip_slot *s, CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+  CUresult r = ((PFN_cuMemAllocManaged_v6000)s->real)(dptr, bytesize, flags);
+  if (r == CUDA_SUCCESS && R.active && dptr) {
     pthread_mutex_lock(&R.mu);
-    foreign_add((uint64_t)(uintptr_t)*devPtr, size, MN_FOREIGN_MANAGED);
+    foreign_add((uint64_t)*dptr, bytesize, MN_FOREIGN_MANAGED);
     pthread_mutex_unlock(&R.mu);
   }
   return r;
@@ -614,7 +504,7 @@ static int host_ready(void) {
   void *p = mmap(want, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED || p != want) {
     char why[256];
-    snprintf(why, sizeof why, "mmap at 0x%llx: %s; pinned allocations are served by the runtime and kernels using them cannot be replayed",
+    snprintf(why, sizeof why, "mmap at 0x%llx: %s; pinned allocations are served by the driver and kernels using them cannot be replayed",
              (unsigned long long)R.cfg.host_base, p == MAP_FAILED ? strerror(errno) : "placed elsewhere");
     if (p != MAP_FAILED) munmap(p, bytes);
     mn_error("the fixed pinned host region was not granted", why);
@@ -634,14 +524,14 @@ static int host_ready(void) {
   return 1;
 }
 
-static cudaError_t host_alloc(void **ptr, size_t size, unsigned int flags, int via_malloc_host) {
-  mn_init();
-  if (!R.active || R.broken || !ptr || size == 0)
-    return via_malloc_host ? REAL(cudaMallocHost)(ptr, size) : REAL(cudaHostAlloc)(ptr, size, flags);
+/* `alloc_host`: cuMemAllocHost_v2 (no flags) when set, else cuMemHostAlloc. */
+static CUresult host_alloc(const mn_ip_slot *s, void **pp, size_t size, unsigned int flags, int alloc_host) {
+#define FALLBACK() (alloc_host ? ((PFN_cuMemAllocHost_v3020)s->real)(pp, size) : ((PFN_cuMemHostAlloc_v2020)s->real)(pp, size, flags))
+  char why[256];
+  if (!R.active || R.broken || !pp || size == 0 || mn_drv_load(why, sizeof why)) return FALLBACK();
   pthread_mutex_lock(&R.mu);
   uint64_t a = host_ready() ? mn_arena_alloc(&R.host, size) : 0;
   if (!a && R.host_state > 0 && !warned_pinned) {
-    char why[256];
     snprintf(why, sizeof why, "%llu bytes do not fit in the %llu-byte pinned region (MNEME_HOST_BYTES)",
              (unsigned long long)size, (unsigned long long)R.host.size);
     mn_error("the pinned host region is full", why);
@@ -650,34 +540,35 @@ static cudaError_t host_alloc(void **ptr, size_t size, unsigned int flags, int v
   pthread_mutex_unlock(&R.mu);
   if (a) {
     size_t bytes = (size_t)mn_round_up(size, MN_HOST_ALIGN);
-    cudaError_t r = REAL(cudaHostRegister)((void *)(uintptr_t)a, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
-    if (r == cudaSuccess) {
-      *ptr = (void *)(uintptr_t)a;
-      return cudaSuccess;
+    /* portable and mapped whatever was asked: a superset of every flag combination's guarantees */
+    if (D.hostRegister((void *)(uintptr_t)a, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS) {
+      *pp = (void *)(uintptr_t)a;
+      return CUDA_SUCCESS;
     }
-    REAL(cudaGetLastError)();
     pthread_mutex_lock(&R.mu);
     mn_arena_free(&R.host, a, NULL);
     pthread_mutex_unlock(&R.mu);
   }
-  cudaError_t r = via_malloc_host ? REAL(cudaMallocHost)(ptr, size) : REAL(cudaHostAlloc)(ptr, size, flags);
-  if (r == cudaSuccess) {
+  CUresult r = FALLBACK();
+  if (r == CUDA_SUCCESS) {
     pthread_mutex_lock(&R.mu);
-    foreign_add((uint64_t)(uintptr_t)*ptr, size, MN_FOREIGN_PINNED_OUTSIDE);
+    foreign_add((uint64_t)(uintptr_t)*pp, size, MN_FOREIGN_PINNED_OUTSIDE);
     pthread_mutex_unlock(&R.mu);
   }
   return r;
+#undef FALLBACK
 }
 
-MN_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size) { return host_alloc(ptr, size, 0, 1); }
-MN_EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags) { return host_alloc(pHost, size, flags, 0); }
+CUresult mn_cu_mem_alloc_host(const mn_ip_slot *s, void **pp, size_t bytesize) { return host_alloc(s, pp, bytesize, 0, 1); }
+CUresult mn_cu_mem_host_alloc(const mn_ip_slot *s, void **pp, size_t bytesize, unsigned int flags) {
+  return host_alloc(s, pp, bytesize, flags, 0);
+}
 
-MN_EXPORT cudaError_t cudaFreeHost(void *ptr) {
-  mn_init();
-  uint64_t a = (uint64_t)(uintptr_t)ptr;
-  if (!R.active || !ptr || R.host_state <= 0 || !mn_arena_contains(&R.host, a)) {
-    cudaError_t r = REAL(cudaFreeHost)(ptr);
-    if (r == cudaSuccess && R.active && ptr) {
+CUresult mn_cu_mem_free_host(const mn_ip_slot *s, void *p) {
+  uint64_t a = (uint64_t)(uintptr_t)p;
+  if (!R.active || !p || R.host_state <= 0 || !mn_arena_contains(&R.host, a)) {
+    CUresult r = ((PFN_cuMemFreeHost_v2000)s->real)(p);
+    if (r == CUDA_SUCCESS && R.active && p) {
       pthread_mutex_lock(&R.mu);
       foreign_del(a);
       pthread_mutex_unlock(&R.mu);
@@ -688,34 +579,31 @@ MN_EXPORT cudaError_t cudaFreeHost(void *ptr) {
   const mn_alloc *al = mn_arena_find(&R.host, a);
   uint64_t reserved = al && al->addr == a ? al->reserved : 0;
   pthread_mutex_unlock(&R.mu);
-  if (!reserved) return cudaErrorInvalidValue;
-  cudaError_t r = REAL(cudaHostUnregister)(ptr);
-  if (r != cudaSuccess) REAL(cudaGetLastError)();
-  madvise(ptr, reserved, MADV_DONTNEED);
+  if (!reserved) return CUDA_ERROR_INVALID_VALUE;
+  D.hostUnregister(p);
+  madvise(p, reserved, MADV_DONTNEED);
   pthread_mutex_lock(&R.mu);
   mn_alloc dead;
   if (mn_arena_free(&R.host, a, &dead) == 0) annots_drop(dead.addr, dead.size);
   pthread_mutex_unlock(&R.mu);
-  return cudaSuccess;
+  return CUDA_SUCCESS;
 }
 
-MN_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
-  mn_init();
-  cudaError_t r = REAL(cudaHostRegister)(ptr, size, flags);
-  if (r == cudaSuccess && R.active) {
+CUresult mn_cu_mem_host_register(const mn_ip_slot *s, void *p, size_t bytesize, unsigned int flags) {
+  CUresult r = ((PFN_cuMemHostRegister_v6050)s->real)(p, bytesize, flags);
+  if (r == CUDA_SUCCESS && R.active) {
     pthread_mutex_lock(&R.mu);
-    foreign_add((uint64_t)(uintptr_t)ptr, size, MN_FOREIGN_HOST_REGISTERED);
+    foreign_add((uint64_t)(uintptr_t)p, bytesize, MN_FOREIGN_HOST_REGISTERED);
     pthread_mutex_unlock(&R.mu);
   }
   return r;
 }
 
-MN_EXPORT cudaError_t cudaHostUnregister(void *ptr) {
-  mn_init();
-  cudaError_t r = REAL(cudaHostUnregister)(ptr);
-  if (r == cudaSuccess && R.active) {
+CUresult mn_cu_mem_host_unregister(const mn_ip_slot *s, void *p) {
+  CUresult r = ((PFN_cuMemHostUnregister_v4000)s->real)(p);
+  if (r == CUDA_SUCCESS && R.active) {
     pthread_mutex_lock(&R.mu);
-    foreign_del((uint64_t)(uintptr_t)ptr);
+    foreign_del((uint64_t)(uintptr_t)p);
     pthread_mutex_unlock(&R.mu);
   }
   return r;

@@ -1,4 +1,5 @@
-/* librecord: configuration, the raw log, kernel and variable registration, flushing, signals and exit.
+/* librecord: configuration, the raw log, kernels, modules and variables as the driver shows them,
+ * flushing, signals and exit.
  *
  * Configuration comes from environment variables that `mneme record` sets (mneme/record/runner.py):
  *   MNEME_RECORD_DIR      raw output directory (unset: the library does nothing at all)
@@ -12,6 +13,8 @@
  *   MNEME_HOST_BASE/MNEME_HOST_BYTES  pinned host region
  *   MNEME_EPILOGUE_FORMAT diff | bytes | best
  *   MNEME_MAX_SAMPLES     in-app timing samples kept per instance
+ *   MNEME_RETIME          extra timed runs of each new instance, at most (default 10)
+ *   MNEME_RETIME_BUDGET_US and at most this much wall time per instance, in us (default 1000000; 0: no bound)
  */
 #include "state.h"
 
@@ -25,8 +28,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define MN_EXPORT __attribute__((visibility("default")))
 
 mn_state R = {.mu = PTHREAD_MUTEX_INITIALIZER, .device = -1, .log = {.fd = -1}};
 
@@ -48,64 +49,45 @@ uint64_t mn_now_ns(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* real functions                                                                                 */
+/* native/interpose's callbacks                                                                   */
 
-void *mn_real_lookup(void **slot, const char *name) {
-  void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-  if (p) return p;
-  p = dlsym(RTLD_NEXT, name);
-  if (!p) {
-    /* libcudart loaded without RTLD_GLOBAL (a dlopen'd plugin): ask it directly. */
-    static const char *libs[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
-    for (size_t i = 0; i < sizeof libs / sizeof libs[0] && !p; i++) {
-      void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
-      if (h) {
-        p = dlsym(h, name);
-        dlclose(h);
-      }
+int mn_ip_enabled(void) {
+  mn_init();
+  return R.active;
+}
+
+void mn_ip_bare(const char *name, int version, const char *why) {
+  mn_init();
+  if (!R.active) return;
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s (CUDA %d): %s; calls through it are not seen", name, version, why);
+  static char seen[64][64];
+  static int nseen;
+  pthread_mutex_lock(&R.mu);
+  for (int i = 0; i < nseen; i++) {
+    if (strcmp(seen[i], name) == 0) { /* once per name */
+      pthread_mutex_unlock(&R.mu);
+      return;
     }
   }
-  if (!p) {
-    char msg[256];
-    snprintf(msg, sizeof msg, "mneme record: cannot find the real %s (is the app linked against the shared libcudart?)\n", name);
-    if (write(2, msg, strlen(msg)) < 0) { /* nothing more to do */ }
-    abort();
-  }
-  __atomic_store_n(slot, p, __ATOMIC_RELEASE);
-  return p;
+  if (nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", name);
+  mn_line l;
+  mn_line_begin(&l, linebuf, sizeof linebuf, "warning");
+  mn_line_str(&l, "what", "driver entry point left unwrapped");
+  mn_line_str(&l, "detail", detail);
+  mn_log_event(&l);
+  pthread_mutex_unlock(&R.mu);
 }
 
-static void *libcuda;
-static char libcuda_error[512];
-static pthread_once_t libcuda_once = PTHREAD_ONCE_INIT;
-static CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-
-static void load_libcuda(void) {
-  libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (libcuda) {
-    get_proc = (__typeof__(get_proc))dlsym(libcuda, "cuGetProcAddress_v2");
-  } else {
-    const char *e = dlerror();
-    snprintf(libcuda_error, sizeof libcuda_error, "%s", e ? e : "not found");
-  }
-}
-
-const char *mn_driver_missing(void) {
-  pthread_once(&libcuda_once, load_libcuda);
-  return libcuda ? NULL : libcuda_error;
-}
-
-void *mn_driver(const char *name, int version) {
-  if (mn_driver_missing()) return NULL;
-  void *fn = NULL;
-  if (get_proc) {
-    CUdriverProcAddressQueryResult st;
-    if (get_proc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS ||
-        st != CU_GET_PROC_ADDRESS_SUCCESS)
-      fn = NULL;
-  }
-  if (!fn) fn = dlsym(libcuda, name);
-  return fn;
+void mn_ip_no_driver(const char *why) {
+  mn_init();
+  if (!R.active) return;
+  pthread_mutex_lock(&R.mu);
+  char detail[600];
+  snprintf(detail, sizeof detail, "libcuda.so.1 cannot be loaded (%s): no NVIDIA driver on this machine", why);
+  mn_error("the app found no CUDA driver; nothing can be recorded", detail);
+  pthread_mutex_unlock(&R.mu);
+  mn_exit_hook_arm();
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -271,6 +253,7 @@ static void init_once(void) {
   c->host_bytes = env_u64("MNEME_HOST_BYTES", MN_DEFAULT_HOST_BYTES);
   c->max_samples = (uint32_t)env_u64("MNEME_MAX_SAMPLES", 1000);
   c->retime = (uint32_t)env_u64("MNEME_RETIME", 10);
+  c->retime_budget_ns = env_u64("MNEME_RETIME_BUDGET_US", 1000000) * 1000ull;
   char fmt[16];
   env_str("MNEME_EPILOGUE_FORMAT", fmt, sizeof fmt, "diff");
   c->epilogue_format = strcmp(fmt, "bytes") == 0 ? 1 : strcmp(fmt, "best") == 0 ? 2 : 0;
@@ -278,6 +261,7 @@ static void init_once(void) {
   int rank = c->rank < 0 ? 0 : c->rank;
   snprintf(R.logpath, sizeof R.logpath, "%s/r%d-p%ld.jsonl", c->dir, rank, (long)getpid());
 
+  install_signal_handlers(); /* first: SIGXFSZ ignored before the first write */
   pthread_mutex_lock(&R.mu);
   R.active = 1;
   char err[512] = "";
@@ -294,7 +278,8 @@ static void init_once(void) {
   if (rx_failed) mn_error("MNEME_KERNELS is not a POSIX extended regex; recording every kernel", rx);
   pthread_mutex_unlock(&R.mu);
   pthread_atfork(NULL, NULL, after_fork_in_child);
-  install_signal_handlers();
+  char why[256];
+  mn_drv_load(why, sizeof why); /* the driver calls librecord makes itself; a missing driver is reported where it matters */
 }
 
 void mn_init(void) { pthread_once(&init_once_, init_once); }
@@ -305,9 +290,9 @@ void mn_init(void) { pthread_once(&init_once_, init_once); }
 /* ---------------------------------------------------------------------------------------------- */
 /* kernels                                                                                        */
 
-/* Open-addressing maps from pointers to kernels (stubs and kernel handles). */
+/* Open-addressing maps to kernels from their handles (CUkernel, CUfunction) and names. */
 typedef struct pmap { const void **keys; mn_kernel **vals; size_t cap, n; } pmap;
-static pmap by_stub, by_handle, by_name; /* by_name is keyed by the name's 64-bit hash */
+static pmap by_handle, by_name; /* by_name is keyed by the name's 64-bit hash */
 
 static size_t slot_of(const void *key, size_t cap) {
   uint64_t x = (uint64_t)(uintptr_t)key;
@@ -362,8 +347,10 @@ static const void *name_key(const char *name) {
   return (const void *)(uintptr_t)(h | 1); /* never NULL */
 }
 
-mn_kernel *mn_kernel_by_stub(const void *stub) { return pmap_get(&by_stub, stub); }
 mn_kernel *mn_kernel_by_handle(const void *handle) { return pmap_get(&by_handle, handle); }
+void mn_kernel_add_handle(mn_kernel *k, const void *handle) {
+  if (handle) pmap_put(&by_handle, handle, k);
+}
 
 mn_kernel *mn_kernel_by_name(const char *name, int create) {
   const void *key = name_key(name);
@@ -453,121 +440,257 @@ void mn_kernel_skip(mn_kernel *k, int why) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* registration (called by every CUDA translation unit's module constructor)                      */
+/* modules, kernels and variables, as the runtime (or the app) asks the driver for them            */
 
-MN_EXPORT void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun,
-                                      const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
-                                      dim3 *bDim, dim3 *gDim, int *wSize) {
-  mn_init();
-  REAL(__cudaRegisterFunction)(fatCubinHandle, hostFun, deviceFun, deviceName, thread_limit, tid, bid, bDim, gDim, wSize);
-  if (!R.active || !deviceName) return;
+static void remember(void ***arr, size_t *n, size_t *cap, void *h) {
+  for (size_t i = 0; i < *n; i++)
+    if ((*arr)[i] == h) return;
+  if (*n == *cap) {
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void **na = realloc(*arr, ncap * sizeof *na);
+    if (!na) return;
+    *arr = na;
+    *cap = ncap;
+  }
+  (*arr)[(*n)++] = h;
+}
+
+static void forget(void **arr, size_t *n, void *h) {
+  for (size_t i = 0; i < *n; i++) {
+    if (arr[i] == h) {
+      arr[i] = arr[--*n];
+      return;
+    }
+  }
+}
+
+static void loaded_library(CUresult r, CUlibrary *lib) {
+  if (r != CUDA_SUCCESS || !lib || !*lib || !R.active) return;
   pthread_mutex_lock(&R.mu);
-  mn_kernel *k = mn_kernel_by_name(deviceName, 1);
+  remember((void ***)&R.libs, &R.nlibs, &R.caplibs, *lib);
+  pthread_mutex_unlock(&R.mu);
+}
+
+static void loaded_module(CUresult r, CUmodule *mod) {
+  if (r != CUDA_SUCCESS || !mod || !*mod || !R.active) return;
+  pthread_mutex_lock(&R.mu);
+  remember((void ***)&R.mods, &R.nmods, &R.capmods, *mod);
+  pthread_mutex_unlock(&R.mu);
+}
+
+/* Before a library or module goes (the runtime unloads them at exit while the context is alive): the
+ * moment to read the timing events of launches still in flight. */
+static void unloading(void *h, int is_lib) {
+  if (!R.active) return;
+  pthread_mutex_lock(&R.mu);
+  if (!R.exited && R.arena_state > 0) mn_flush(1, 1);
+  if (is_lib) forget((void **)R.libs, &R.nlibs, h);
+  else forget((void **)R.mods, &R.nmods, h);
+  pthread_mutex_unlock(&R.mu);
+}
+
+/* Before a context goes (the runtime releases the primary context at exit): the last moment its
+ * timing events can be read. */
+static void context_going(void) {
+  if (!R.active) return;
+  pthread_mutex_lock(&R.mu);
+  if (!R.exited && R.arena_state > 0) mn_flush(1, 1);
+  pthread_mutex_unlock(&R.mu);
+}
+
+CUresult mn_cu_primary_ctx_release(const mn_ip_slot *s, CUdevice d) {
+  context_going();
+  return ((PFN_cuDevicePrimaryCtxRelease_v11000)s->real)(d);
+}
+
+CUresult mn_cu_primary_ctx_reset(const mn_ip_slot *s, CUdevice d) {
+  context_going();
+  return ((PFN_cuDevicePrimaryCtxReset_v11000)s->real)(d);
+}
+
+CUresult mn_cu_ctx_destroy(const mn_ip_slot *s, CUcontext c) {
+  context_going();
+  return ((PFN_cuCtxDestroy_v4000)s->real)(c);
+}
+
+CUresult mn_cu_library_load_data(const mn_ip_slot *s, CUlibrary *library, const void *code, CUjit_option *jo,
+                                 void **jv, unsigned int njo, CUlibraryOption *lo, void **lv, unsigned int nlo) {
+  CUresult r = ((PFN_cuLibraryLoadData_v12000)s->real)(library, code, jo, jv, njo, lo, lv, nlo);
+  loaded_library(r, library);
+  return r;
+}
+
+CUresult mn_cu_library_load_from_file(const mn_ip_slot *s, CUlibrary *library, const char *file, CUjit_option *jo,
+                                      void **jv, unsigned int njo, CUlibraryOption *lo, void **lv, unsigned int nlo) {
+  CUresult r = ((PFN_cuLibraryLoadFromFile_v12000)s->real)(library, file, jo, jv, njo, lo, lv, nlo);
+  loaded_library(r, library);
+  return r;
+}
+
+CUresult mn_cu_library_unload(const mn_ip_slot *s, CUlibrary library) {
+  unloading(library, 1);
+  return ((PFN_cuLibraryUnload_v12000)s->real)(library);
+}
+
+CUresult mn_cu_module_load_data(const mn_ip_slot *s, CUmodule *module, const void *image) {
+  CUresult r = ((PFN_cuModuleLoadData_v2000)s->real)(module, image);
+  loaded_module(r, module);
+  return r;
+}
+
+CUresult mn_cu_module_load_data_ex(const mn_ip_slot *s, CUmodule *module, const void *image, unsigned int n,
+                                   CUjit_option *options, void **values) {
+  CUresult r = ((PFN_cuModuleLoadDataEx_v2010)s->real)(module, image, n, options, values);
+  loaded_module(r, module);
+  return r;
+}
+
+CUresult mn_cu_module_load_fat_binary(const mn_ip_slot *s, CUmodule *module, const void *fatCubin) {
+  CUresult r = ((PFN_cuModuleLoadFatBinary_v2000)s->real)(module, fatCubin);
+  loaded_module(r, module);
+  return r;
+}
+
+CUresult mn_cu_module_load(const mn_ip_slot *s, CUmodule *module, const char *fname) {
+  CUresult r = ((PFN_cuModuleLoad_v2000)s->real)(module, fname);
+  loaded_module(r, module);
+  return r;
+}
+
+CUresult mn_cu_module_unload(const mn_ip_slot *s, CUmodule hmod) {
+  unloading(hmod, 0);
+  return ((PFN_cuModuleUnload_v2000)s->real)(hmod);
+}
+
+/* A kernel handle and the name it was asked for by (the runtime asks once per kernel and context). */
+static void named_handle(CUresult r, const void *handle, const char *name, int is_kernel) {
+  if (r != CUDA_SUCCESS || !handle || !name || !R.active) return;
+  pthread_mutex_lock(&R.mu);
+  mn_kernel *k = mn_kernel_by_name(name, 1);
   if (k) {
-    if (!k->stub) k->stub = hostFun;
-    pmap_put(&by_stub, hostFun, k);
+    if (is_kernel && !k->kern) k->kern = (CUkernel)handle;
+    if (!is_kernel && !k->func) k->func = (CUfunction)handle;
+    mn_kernel_add_handle(k, handle);
     mn_kernel_announce(k);
   }
   pthread_mutex_unlock(&R.mu);
 }
 
-static void add_var(const void *host, const char *name, size_t size, int constant, int managed) {
-  if (!R.active || !name) return;
-  pthread_mutex_lock(&R.mu);
-  if (R.nvars == R.capvars) {
-    size_t ncap = R.capvars ? R.capvars * 2 : 64;
-    mn_gvar *nv = realloc(R.vars, ncap * sizeof *nv);
-    if (!nv) {
-      pthread_mutex_unlock(&R.mu);
-      return;
-    }
-    R.vars = nv;
-    R.capvars = ncap;
-  }
-  mn_gvar *v = &R.vars[R.nvars];
-  memset(v, 0, sizeof *v);
-  v->host = host;
-  v->name = strdup(name);
-  v->size = size;
-  v->is_const = constant;
-  v->managed = managed;
-  if (v->name) {
-    R.nvars++;
-    mn_line l;
-    mn_line_begin(&l, linebuf, sizeof linebuf, "var");
-    mn_line_str(&l, "name", name);
-    mn_line_u64(&l, "size", size);
-    mn_line_u64(&l, "const", (uint64_t)!!constant);
-    mn_line_u64(&l, "managed", (uint64_t)!!managed);
-    mn_log_event(&l);
-  }
-  pthread_mutex_unlock(&R.mu);
+CUresult mn_cu_library_get_kernel(const mn_ip_slot *s, CUkernel *pKernel, CUlibrary library, const char *name) {
+  CUresult r = ((PFN_cuLibraryGetKernel_v12000)s->real)(pKernel, library, name);
+  named_handle(r, pKernel ? (const void *)*pKernel : NULL, name, 1);
+  return r;
 }
 
-MN_EXPORT void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName,
-                                 int ext, size_t size, int constant, int global) {
-  mn_init();
-  REAL(__cudaRegisterVar)(fatCubinHandle, hostVar, deviceAddress, deviceName, ext, size, constant, global);
-  add_var(hostVar, deviceName, size, constant, 0);
+CUresult mn_cu_module_get_function(const mn_ip_slot *s, CUfunction *hfunc, CUmodule hmod, const char *name) {
+  CUresult r = ((PFN_cuModuleGetFunction_v2000)s->real)(hfunc, hmod, name);
+  named_handle(r, hfunc ? (const void *)*hfunc : NULL, name, 0);
+  return r;
 }
 
-MN_EXPORT void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, char *deviceAddress,
-                                        const char *deviceName, int ext, size_t size, int constant, int global) {
-  mn_init();
-  REAL(__cudaRegisterManagedVar)(fatCubinHandle, hostVarPtrAddress, deviceAddress, deviceName, ext, size, constant, global);
-  add_var(hostVarPtrAddress, deviceName, size, constant, 1);
-}
-
-/* nvcc-built stubs launch through a kernel handle obtained here (crt/host_runtime.h). */
-extern cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *func);
-MN_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *func) {
-  mn_init();
-  cudaError_t r = REAL(__cudaGetKernel)(kernel, func);
-  if (r == cudaSuccess && R.active && kernel && *kernel) {
+CUresult mn_cu_kernel_get_function(const mn_ip_slot *s, CUfunction *pFunc, CUkernel kernel) {
+  CUresult r = ((PFN_cuKernelGetFunction_v12000)s->real)(pFunc, kernel);
+  if (r == CUDA_SUCCESS && pFunc && *pFunc && R.active) {
     pthread_mutex_lock(&R.mu);
-    mn_kernel *k = mn_kernel_by_stub(func);
-    if (k) pmap_put(&by_handle, (const void *)*kernel, k);
+    mn_kernel *k = mn_kernel_by_handle(kernel);
+    if (k) {
+      if (!k->func) k->func = *pFunc;
+      mn_kernel_add_handle(k, *pFunc);
+    }
     pthread_mutex_unlock(&R.mu);
   }
   return r;
 }
 
-/* The app's module destructors run this while the runtime is still alive: a good moment to read the
- * timing events of launches still in flight (a plugin may also be unloaded mid-run: no exit here). */
-MN_EXPORT void __cudaUnregisterFatBinary(void **fatCubinHandle) {
-  mn_init();
-  if (R.active) {
-    pthread_mutex_lock(&R.mu);
-    if (!R.exited && R.arena_state > 0) mn_flush(1, 1);
-    pthread_mutex_unlock(&R.mu);
-  }
-  REAL(__cudaUnregisterFatBinary)(fatCubinHandle);
+static mn_gvar *var_by_name(const char *name) {
+  for (size_t i = 0; i < R.nvars; i++)
+    if (strcmp(R.vars[i].name, name) == 0) return &R.vars[i];
+  return NULL;
 }
 
-void mn_resolve_vars(void) {
-  if (R.vars_resolved == (int)R.nvars) return;
-  for (size_t i = 0; i < R.nvars; i++) {
-    mn_gvar *v = &R.vars[i];
-    if (v->resolved) continue;
-    void *addr = NULL;
-    if (v->managed) {
-      addr = *(void *const *)v->host; /* the runtime stores the managed allocation there */
-      v->resolved = addr ? 1 : -1;
-    } else if (REAL(cudaGetSymbolAddress)(&addr, v->host) == cudaSuccess) {
-      v->resolved = 1;
-    } else {
-      REAL(cudaGetLastError)(); /* our failed query must not show up as the app's error */
-      v->resolved = -1;
+/* A variable the driver showed at `addr` (called with R.mu held). */
+static void add_var(const char *name, uint64_t addr, uint64_t size, int managed) {
+  if (!name || !addr) return;
+  mn_gvar *v = var_by_name(name);
+  if (v && v->addr == addr) return;
+  if (!v) {
+    if (R.nvars == R.capvars) {
+      size_t ncap = R.capvars ? R.capvars * 2 : 64;
+      mn_gvar *nv = realloc(R.vars, ncap * sizeof *nv);
+      if (!nv) return;
+      R.vars = nv;
+      R.capvars = ncap;
     }
-    v->addr = (uint64_t)(uintptr_t)addr;
-    mn_line l;
-    mn_line_begin(&l, linebuf, sizeof linebuf, "varaddr");
-    mn_line_str(&l, "name", v->name);
-    if (v->resolved > 0) mn_line_hexaddr(&l, "addr", v->addr);
-    else mn_line_str(&l, "addr", NULL);
-    mn_log_event(&l);
+    v = &R.vars[R.nvars];
+    memset(v, 0, sizeof *v);
+    v->name = strdup(name);
+    if (!v->name) return;
+    R.nvars++;
   }
-  R.vars_resolved = (int)R.nvars;
+  v->addr = addr;
+  v->size = size;
+  v->managed = managed;
+  v->resolved = 1;
+  mn_line l;
+  mn_line_begin(&l, linebuf, sizeof linebuf, "var");
+  mn_line_str(&l, "name", name);
+  mn_line_u64(&l, "size", size);
+  mn_line_u64(&l, "const", 0); /* the driver does not say; replay writes both kinds the same way */
+  mn_line_u64(&l, "managed", (uint64_t)!!managed);
+  mn_log_event(&l);
+  mn_line_begin(&l, linebuf, sizeof linebuf, "varaddr");
+  mn_line_str(&l, "name", name);
+  mn_line_hexaddr(&l, "addr", addr);
+  mn_log_event(&l);
+}
+
+static void shown_var(CUresult r, const CUdeviceptr *dptr, const size_t *bytes, const char *name, int managed) {
+  if (r != CUDA_SUCCESS || !dptr || !R.active) return;
+  pthread_mutex_lock(&R.mu);
+  add_var(name, (uint64_t)*dptr, bytes ? (uint64_t)*bytes : 0, managed);
+  pthread_mutex_unlock(&R.mu);
+}
+
+CUresult mn_cu_library_get_global(const mn_ip_slot *s, CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+                                  const char *name) {
+  size_t n = 0;
+  CUresult r = ((PFN_cuLibraryGetGlobal_v12000)s->real)(dptr, bytes ? bytes : &n, library, name);
+  shown_var(r, dptr, bytes ? bytes : &n, name, 0);
+  return r;
+}
+
+CUresult mn_cu_module_get_global(const mn_ip_slot *s, CUdeviceptr *dptr, size_t *bytes, CUmodule hmod,
+                                 const char *name) {
+  CUdeviceptr p = 0;
+  size_t n = 0;
+  CUresult r = ((PFN_cuModuleGetGlobal_v3020)s->real)(dptr ? dptr : &p, bytes ? bytes : &n, hmod, name);
+  shown_var(r, dptr ? dptr : &p, bytes ? bytes : &n, name, 0);
+  return r;
+}
+
+CUresult mn_cu_library_get_managed(const mn_ip_slot *s, CUdeviceptr *dptr, size_t *bytes, CUlibrary library,
+                                   const char *name) {
+  CUdeviceptr p = 0;
+  size_t n = 0;
+  CUresult r = ((PFN_cuLibraryGetManaged_v12000)s->real)(dptr ? dptr : &p, bytes ? bytes : &n, library, name);
+  shown_var(r, dptr ? dptr : &p, bytes ? bytes : &n, name, 1);
+  return r;
+}
+
+void mn_resolve_vars(const mn_kernel *k) {
+  if (!k->tab) return;
+  for (uint32_t j = 0; j < k->tab->nvars; j++) {
+    const char *name = k->tab->vars[j];
+    if (var_by_name(name)) continue;
+    CUdeviceptr p = 0;
+    size_t n = 0;
+    int found = 0;
+    for (size_t i = 0; i < R.nlibs && !found; i++)
+      found = D.libraryGetGlobal(&p, &n, R.libs[i], name) == CUDA_SUCCESS;
+    for (size_t i = 0; i < R.nmods && !found; i++)
+      found = D.moduleGetGlobal(&p, &n, R.mods[i], name) == CUDA_SUCCESS;
+    if (found) add_var(name, (uint64_t)p, (uint64_t)n, 0);
+  }
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -605,33 +728,37 @@ static void write_objects(void) { dl_iterate_phdr(write_object, NULL); }
 void mn_write_provenance(void) {
   if (R.provenance_written) return;
   R.provenance_written = 1;
+  char why[256];
   mn_line l;
   mn_line_begin(&l, linebuf, sizeof linebuf, "device");
-  int dev = -1, drv = 0, rt = 0;
-  REAL(cudaGetDevice)(&dev);
-  REAL(cudaDriverGetVersion)(&drv);
-  REAL(cudaRuntimeGetVersion)(&rt);
-  mn_line_i64(&l, "device", dev);
-  struct cudaDeviceProp p;
-  memset(&p, 0, sizeof p);
-  if (REAL(cudaGetDeviceProperties)(&p, dev) == cudaSuccess) {
-    p.name[sizeof p.name - 1] = 0;
-    mn_line_str(&l, "gpu", p.name);
-    char sm[16];
-    snprintf(sm, sizeof sm, "sm_%d%d", p.major, p.minor);
-    mn_line_str(&l, "sm", sm);
-    mn_line_u64(&l, "sms", (uint64_t)p.multiProcessorCount);
-    mn_line_u64(&l, "mem", (uint64_t)p.totalGlobalMem);
-    mn_line_hex(&l, "uuid", p.uuid.bytes, sizeof p.uuid.bytes);
-    mn_line_u64(&l, "host_ptr_registered", (uint64_t)p.canUseHostPointerForRegisteredMem);
+  CUdevice dev = -1;
+  int drv = 0;
+  if (mn_drv_load(why, sizeof why) == 0 && D.ctxGetDevice(&dev) == CUDA_SUCCESS) {
+    mn_line_i64(&l, "device", dev);
+    char name[256] = "";
+    if (D.deviceGetName(name, (int)sizeof name - 1, dev) == CUDA_SUCCESS) mn_line_str(&l, "gpu", name);
+    int major = 0, minor = 0, sms = 0, hpr = 0;
+    if (D.deviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) == CUDA_SUCCESS &&
+        D.deviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) == CUDA_SUCCESS) {
+      char sm[16];
+      snprintf(sm, sizeof sm, "sm_%d%d", major, minor);
+      mn_line_str(&l, "sm", sm);
+    }
+    if (D.deviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS)
+      mn_line_u64(&l, "sms", (uint64_t)sms);
+    size_t mem = 0;
+    if (D.deviceTotalMem(&mem, dev) == CUDA_SUCCESS) mn_line_u64(&l, "mem", (uint64_t)mem);
+    CUuuid uuid;
+    if (D.deviceGetUuid(&uuid, dev) == CUDA_SUCCESS) mn_line_hex(&l, "uuid", uuid.bytes, sizeof uuid.bytes);
+    if (D.deviceGetAttribute(&hpr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, dev) == CUDA_SUCCESS)
+      mn_line_u64(&l, "host_ptr_registered", (uint64_t)hpr);
+    if (D.driverGetVersion(&drv) == CUDA_SUCCESS) mn_line_i64(&l, "driver", drv);
+    if (drv) mn_line_i64(&l, "cu_driver", drv);
   } else {
-    REAL(cudaGetLastError)();
+    mn_line_i64(&l, "device", -1);
   }
-  mn_line_i64(&l, "driver", drv);
-  mn_line_i64(&l, "runtime", rt);
-  CUresult (*get_version)(int *) = mn_driver("cuDriverGetVersion", 2020);
-  int cuv = 0;
-  if (get_version && get_version(&cuv) == CUDA_SUCCESS) mn_line_i64(&l, "cu_driver", cuv);
+  /* the runtime asks cuGetProcAddress with its own CUDA_VERSION: the highest version asked is its version */
+  mn_line_i64(&l, "runtime", mn_ip_max_requested_version());
   mn_log_event(&l);
   write_objects();
 }
@@ -694,7 +821,11 @@ static void flush_at_exit(const char *how) {
   pthread_mutex_lock(&R.mu);
   if (R.active && !R.exited) {
     R.exited = 1;
-    mn_flush(1, 1);
+    /* the runtime may have torn its context down already (its exit handler ran first): then the
+     * events are gone, and what context_going() resolved is all there is */
+    CUdevice d;
+    int alive = D.ctxGetDevice && D.ctxGetDevice(&d) == CUDA_SUCCESS;
+    mn_flush(alive, alive);
     if (R.provenance_written) write_objects();
     mn_memory_at_exit();
     write_exit_event(how, 0, linebuf, sizeof linebuf);
@@ -784,30 +915,25 @@ int mn_texhandle_live(unsigned long long h) {
   return 0;
 }
 
-MN_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struct cudaResourceDesc *pResDesc,
-                                              const struct cudaTextureDesc *pTexDesc,
-                                              const struct cudaResourceViewDesc *pResViewDesc) {
-  mn_init();
-  cudaError_t r = REAL(cudaCreateTextureObject)(pTexObject, pResDesc, pTexDesc, pResViewDesc);
-  if (r == cudaSuccess && R.active && pTexObject) texhandle_add(*pTexObject);
+CUresult mn_cu_tex_object_create(const mn_ip_slot *s, CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc,
+                                 const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc) {
+  CUresult r = ((PFN_cuTexObjectCreate_v5000)s->real)(pTexObject, pResDesc, pTexDesc, pResViewDesc);
+  if (r == CUDA_SUCCESS && R.active && pTexObject) texhandle_add(*pTexObject);
   return r;
 }
 
-MN_EXPORT cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject) {
-  mn_init();
+CUresult mn_cu_tex_object_destroy(const mn_ip_slot *s, CUtexObject texObject) {
   if (R.active) texhandle_del(texObject);
-  return REAL(cudaDestroyTextureObject)(texObject);
+  return ((PFN_cuTexObjectDestroy_v5000)s->real)(texObject);
 }
 
-MN_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc) {
-  mn_init();
-  cudaError_t r = REAL(cudaCreateSurfaceObject)(pSurfObject, pResDesc);
-  if (r == cudaSuccess && R.active && pSurfObject) texhandle_add(*pSurfObject);
+CUresult mn_cu_surf_object_create(const mn_ip_slot *s, CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc) {
+  CUresult r = ((PFN_cuSurfObjectCreate_v5000)s->real)(pSurfObject, pResDesc);
+  if (r == CUDA_SUCCESS && R.active && pSurfObject) texhandle_add(*pSurfObject);
   return r;
 }
 
-MN_EXPORT cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject) {
-  mn_init();
+CUresult mn_cu_surf_object_destroy(const mn_ip_slot *s, CUsurfObject surfObject) {
   if (R.active) texhandle_del(surfObject);
-  return REAL(cudaDestroySurfaceObject)(surfObject);
+  return ((PFN_cuSurfObjectDestroy_v5000)s->real)(surfObject);
 }

@@ -1,11 +1,14 @@
 /* librecord's internal state, shared by its translation units:
- *   recorder.c  configuration, the raw log, registration (kernels, variables), flushing, signals, exit;
+ *   driver.c    the driver entry points librecord wraps (its native/interpose table);
+ *   calls.c     the driver calls librecord makes itself (never through its own wrappers);
+ *   recorder.c  configuration, the raw log, kernels, modules and variables, flushing, signals, exit;
  *   memory.c    the device arena, the pinned host region, memory the recorder cannot place, annotations;
- *   launch.c    launch interposition, instance deduplication, snapshots, occurrence timing.
+ *   launch.c    launches, instance deduplication, snapshots, occurrence timing, captures and graphs.
  *
- * One mutex (R.mu) guards everything that changes after start-up. The recorder never holds it while
- * waiting for anything the app's other threads could need from it, and the callbacks it enqueues on
- * streams (deferred frees) never take it. */
+ * Everything is seen at the driver API (docs/ARCHITECTURE.md says why), so apps linked with the static
+ * and with the shared CUDA runtime are recorded the same way. One mutex (R.mu) guards everything that
+ * changes after start-up. The recorder never holds it while waiting for anything the app's other
+ * threads could need from it, and the callbacks it enqueues on streams (deferred frees) never take it. */
 #ifndef MNEME_RECORDER_STATE_H
 #define MNEME_RECORDER_STATE_H
 
@@ -14,11 +17,12 @@
 #endif
 
 #include <cuda.h>
-#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
 #include <pthread.h>
 #include <regex.h>
 #include <stdint.h>
 
+#include "../interpose/interpose.h"
 #include "../snapshot.h"
 #include "arena.h"
 #include "rlog.h"
@@ -37,8 +41,8 @@
  * first four are launch paths mneme cannot replay (reported as such), the rest are circumstances. */
 enum mn_skip {
   MN_SKIP_GRAPH_CAPTURE,     /* launched into a stream being captured into a CUDA graph */
-  MN_SKIP_GRAPH_NODE,        /* added to a graph as a kernel node (cudaGraphAddKernelNode) */
-  MN_SKIP_DRIVER_API,        /* launched by the app through cuLaunchKernel & co. */
+  MN_SKIP_GRAPH_NODE,        /* added to a graph as a kernel node (cuGraphAddKernelNode) */
+  MN_SKIP_DRIVER_API,        /* no longer produced: driver-API launches are recorded (kept for old logs) */
   MN_SKIP_OTHER_DEVICE,      /* launched on a device other than the one holding the arena */
   MN_SKIP_CAPTURE_ELSEWHERE, /* a capture was active on another stream (a sync would break it) */
   MN_SKIP_PENDING_ERROR,     /* the context held an error before the launch */
@@ -55,12 +59,13 @@ typedef struct mn_inst mn_inst;
 typedef struct mn_kernel {
   uint32_t id;
   char *name;                 /* mangled device name */
-  const void *stub;           /* host stub registered for it, NULL for kernels seen only via the driver */
-  void *handle;               /* cudaKernel_t from __cudaGetKernel (nvcc-built launches), or NULL */
+  CUkernel kern;              /* from cuLibraryGetKernel, or NULL */
+  CUfunction func;            /* from cuModuleGetFunction / cuKernelGetFunction / a launch, or NULL */
   int selected;               /* -1: not decided yet */
   const mn_ktab_entry *tab;   /* from the app's IR, or NULL */
   int tab_checked;
   int params;                 /* 0 unknown, 1 known, -1 unavailable */
+  uint64_t last_run_ns;       /* the last recorded launch's time: retiming is skipped beyond the budget */
   uint32_t nparams;
   uint32_t *poff, *psize;
   uint32_t argbytes;
@@ -90,12 +95,11 @@ struct mn_inst {
 };
 
 typedef struct mn_gvar {
-  const void *host;           /* host shadow */
   char *name;
   uint64_t size;
   int is_const, managed;
   uint64_t addr;
-  int resolved;               /* 0 not yet, 1 ok, -1 failed */
+  int resolved;               /* 1: the driver gave its address */
 } mn_gvar;
 
 /* Memory the recorder does not place at a fixed address; a kernel receiving a pointer into it cannot be
@@ -104,7 +108,7 @@ enum mn_foreign_kind { MN_FOREIGN_MANAGED, MN_FOREIGN_HOST_REGISTERED, MN_FOREIG
 typedef struct mn_foreign { uint64_t addr, size; int kind; } mn_foreign;
 
 typedef struct mn_pending {
-  cudaEvent_t start, stop;
+  CUevent start, stop;
   mn_inst *inst;
 } mn_pending;
 
@@ -121,7 +125,8 @@ typedef struct mn_config {
   uint64_t va_base, va_bytes, host_base, host_bytes;
   int epilogue_format;        /* 0 diff, 1 bytes, 2 best */
   uint32_t max_samples;
-  uint32_t retime;            /* extra timed launches of a new instance (MNEME_RETIME) */
+  uint32_t retime;            /* extra timed launches of a new instance, at most (MNEME_RETIME) */
+  uint64_t retime_budget_ns;  /* and at most this long per instance (MNEME_RETIME_BUDGET_US; 0: no bound) */
   int have_regex;
   regex_t regex;
   mn_ktab ktab;
@@ -142,11 +147,14 @@ typedef struct mn_state {
   uint32_t nkernels;
   mn_gvar *vars;
   size_t nvars, capvars;
-  int vars_resolved;
+  CUlibrary *libs;            /* loaded libraries and modules, where variables are looked up by name */
+  size_t nlibs, caplibs;
+  CUmodule *mods;
+  size_t nmods, capmods;
 
   /* memory */
   int arena_state;            /* 0 not tried, 1 ready, -1 failed */
-  int device;                 /* device ordinal holding the arena */
+  int device;                 /* device ordinal holding the arena (-1 before) */
   CUdevice cudev;
   mn_arena dev;
   uint64_t chunk;             /* physical backing granularity of the arena */
@@ -169,7 +177,7 @@ typedef struct mn_state {
   uint32_t ninsts;
   mn_pending *pending;
   size_t npending, cappending, pending_head;
-  cudaEvent_t *evpool;
+  CUevent *evpool;
   size_t nevpool, capevpool;
   uint64_t launches_since_flush;
   uint64_t last_flush_ns;
@@ -181,46 +189,79 @@ typedef struct mn_state {
 
 extern mn_state R;
 
-/* Entry points that no CUDA C header declares: the registration calls every translation unit's
- * module constructor makes (crt/host_runtime.h, C++ only) and the annotation call of mneme/tolerance.h. */
-void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
-                            int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize);
-void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
-                       size_t size, int constant, int global);
-void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, char *deviceAddress,
-                              const char *deviceName, int ext, size_t size, int constant, int global);
-void __cudaUnregisterFatBinary(void **fatCubinHandle);
+/* The annotation call of mneme/tolerance.h (found with dlsym). */
 int mneme_recorder_annotate(const void *dev_ptr, size_t bytes, int elem, int mode, int norm, double tol, const char *tag);
+
+/* ---- calls.c: the driver calls librecord makes itself (legacy-stream variants, unwrapped) ---- */
+typedef struct mn_drv {
+  PFN_cuGetErrorString_v6000 getErrorString;
+  PFN_cuCtxGetDevice_v2000 ctxGetDevice;
+  PFN_cuCtxSynchronize_v2000 ctxSynchronize;
+  PFN_cuStreamSynchronize_v2000 streamSynchronize;
+  PFN_cuStreamIsCapturing_v10000 streamIsCapturing;
+  PFN_cuMemcpyDtoH_v3020 memcpyDtoH;
+  PFN_cuMemcpyHtoD_v3020 memcpyHtoD;
+  PFN_cuEventCreate_v2000 eventCreate;
+  PFN_cuEventDestroy_v4000 eventDestroy;
+  PFN_cuEventRecord_v2000 eventRecord;
+  PFN_cuEventQuery_v2000 eventQuery;
+  PFN_cuEventSynchronize_v2000 eventSynchronize;
+  PFN_cuEventElapsedTime_v2000 eventElapsed;
+  PFN_cuLaunchHostFunc_v10000 launchHostFunc;
+  PFN_cuMemHostRegister_v6050 hostRegister;
+  PFN_cuMemHostUnregister_v4000 hostUnregister;
+  PFN_cuMemHostAlloc_v2020 hostAlloc;
+  PFN_cuMemHostGetDevicePointer_v3020 hostGetDevicePointer;
+  PFN_cuMemFreeHost_v2000 freeHost;
+  PFN_cuMemAllocPitch_v3020 allocPitch;
+  PFN_cuMemFree_v3020 memFree;
+  PFN_cuLibraryGetGlobal_v12000 libraryGetGlobal;
+  PFN_cuModuleGetGlobal_v3020 moduleGetGlobal;
+  PFN_cuDeviceGetName_v2000 deviceGetName;
+  PFN_cuDeviceGetAttribute_v2000 deviceGetAttribute;
+  PFN_cuDeviceTotalMem_v3020 deviceTotalMem;
+  PFN_cuDeviceGetUuid_v9020 deviceGetUuid;
+  PFN_cuDriverGetVersion_v2020 driverGetVersion;
+  PFN_cuMemGetAllocationGranularity_v10020 getGranularity;
+  PFN_cuMemAddressReserve_v10020 addressReserve;
+  PFN_cuMemAddressFree_v10020 addressFree;
+  PFN_cuMemCreate_v10020 create;
+  PFN_cuMemRelease_v10020 release;
+  PFN_cuMemMap_v10020 map;
+  PFN_cuMemUnmap_v10020 unmap;
+  PFN_cuMemSetAccess_v10020 setAccess;
+  /* optional (NULL on older drivers) */
+  PFN_cuStreamWaitValue32_v11070 streamWaitValue32;
+  PFN_cuFuncGetParamInfo_v12040 funcGetParamInfo;
+  PFN_cuFuncIsLoaded_v12040 funcIsLoaded;
+  PFN_cuFuncLoad_v12040 funcLoad;
+  PFN_cuFuncGetName_v12030 funcGetName;
+  PFN_cuKernelGetFunction_v12000 kernelGetFunction;
+  PFN_cuKernelGetName_v12030 kernelGetName;
+} mn_drv;
+extern mn_drv D;
+/* Loads D once; 0 when every required call is there, else -1 with the reason in why. */
+int mn_drv_load(char *why, size_t cap);
+const char *mn_cu_err(CUresult r);
 
 /* ---- recorder.c ---- */
 void mn_init(void);                          /* idempotent; cheap after the first call */
 void mn_log_event(mn_line *l);               /* writes a finished line; marks the record incomplete on failure */
 void mn_error(const char *what, const char *detail); /* "error" event + stderr */
 void mn_warn_once(int *flag, const char *what, const char *detail);
-mn_kernel *mn_kernel_by_stub(const void *stub);
-mn_kernel *mn_kernel_by_handle(const void *handle);
+mn_kernel *mn_kernel_by_handle(const void *handle);  /* a CUkernel or CUfunction seen before */
+void mn_kernel_add_handle(mn_kernel *k, const void *handle);
 mn_kernel *mn_kernel_by_name(const char *name, int create);
 void mn_kernel_announce(mn_kernel *k);
 int mn_kernel_selected(mn_kernel *k);
 void mn_kernel_skip(mn_kernel *k, int why);
-void mn_resolve_vars(void);
+/* The variables the kernel's IR uses that no lookup has shown yet, asked of every loaded library. */
+void mn_resolve_vars(const mn_kernel *k);
 void mn_flush(int resolve_events, int wait);  /* called with R.mu held */
 void mn_exit_hook_arm(void);
 void mn_write_provenance(void);
 uint64_t mn_now_ns(void);
 int mn_texhandle_live(unsigned long long h);
-
-/* The real implementation of `f` (the next definition after this library, else libcudart's), looked up
- * once per call site. NULL when no library defines it. */
-void *mn_real_lookup(void **slot, const char *name);
-#define REAL(f) ((__typeof__(&f))mn_real_lookup(({ static void *mn_slot_; &mn_slot_; }), #f))
-/* Driver entry point through cuGetProcAddress (libcuda is dlopen'd), or NULL. `version` is the CUDA
- * version whose prototype the caller uses (cudaTypedefs.h's PFN_<name>_v<version>): asking for a newer
- * one can return a different ABI (cuCtxGetDevice at 13000 takes a second argument). */
-void *mn_driver(const char *name, int version);
-/* Why libcuda.so.1 could not be loaded, or NULL when it is loaded. */
-const char *mn_driver_missing(void);
-
 /* ---- memory.c ---- */
 int mn_arena_ready(void);                    /* sets up the arena on first use; 1 ready, 0 not */
 int mn_is_recorded_memory(uint64_t addr);    /* inside the arena or the pinned region */
@@ -229,8 +270,61 @@ const mn_gvar *mn_var_containing(uint64_t addr);
 void mn_drain_deferred_frees(void);
 void mn_memory_at_exit(void);
 
+/* ---- copy.c ---- */
+/* Copies `size` device bytes at `src` to host memory `dst` (pinned staging, overlapped); 0 or -1. */
+int mn_copy_dtoh(void *dst, uint64_t src, uint64_t size);
+int mn_copy_htod(uint64_t dst, const void *src, uint64_t size);
+uint64_t mn_precise_ns(void);                /* CLOCK_MONOTONIC */
+
 /* ---- launch.c ---- */
 void mn_resolve_pending(int wait);
 void mn_emit_occurrences(int signal_safe);
+
+/* ---- the work behind driver.c's wrappers (memory.c, recorder.c, launch.c) ---- */
+CUresult mn_cu_mem_alloc(const mn_ip_slot *slot, CUdeviceptr *p, size_t n);
+CUresult mn_cu_mem_alloc_pitch(const mn_ip_slot *slot, CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int e);
+CUresult mn_cu_mem_free(const mn_ip_slot *slot, CUdeviceptr p);
+CUresult mn_cu_mem_alloc_async(const mn_ip_slot *slot, CUdeviceptr *p, size_t n, CUstream s);
+CUresult mn_cu_mem_alloc_from_pool_async(const mn_ip_slot *slot, CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s);
+CUresult mn_cu_mem_free_async(const mn_ip_slot *slot, CUdeviceptr p, CUstream s);
+CUresult mn_cu_mem_alloc_managed(const mn_ip_slot *slot, CUdeviceptr *p, size_t n, unsigned int f);
+CUresult mn_cu_mem_alloc_host(const mn_ip_slot *slot, void **p, size_t n);
+CUresult mn_cu_mem_host_alloc(const mn_ip_slot *slot, void **p, size_t n, unsigned int f);
+CUresult mn_cu_mem_free_host(const mn_ip_slot *slot, void *p);
+CUresult mn_cu_mem_host_register(const mn_ip_slot *slot, void *p, size_t n, unsigned int f);
+CUresult mn_cu_mem_host_unregister(const mn_ip_slot *slot, void *p);
+CUresult mn_cu_launch_kernel(const mn_ip_slot *slot, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s, void **params, void **extra);
+CUresult mn_cu_launch_kernel_ex(const mn_ip_slot *slot, const CUlaunchConfig *c, CUfunction f, void **params, void **extra);
+CUresult mn_cu_launch_cooperative_kernel(const mn_ip_slot *slot, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s, void **params);
+CUresult mn_cu_library_load_data(const mn_ip_slot *slot, CUlibrary *lib, const void *code, CUjit_option *jo, void **jv, unsigned int njo, CUlibraryOption *lo, void **lv, unsigned int nlo);
+CUresult mn_cu_library_load_from_file(const mn_ip_slot *slot, CUlibrary *lib, const char *file, CUjit_option *jo, void **jv, unsigned int njo, CUlibraryOption *lo, void **lv, unsigned int nlo);
+CUresult mn_cu_library_unload(const mn_ip_slot *slot, CUlibrary lib);
+CUresult mn_cu_library_get_kernel(const mn_ip_slot *slot, CUkernel *k, CUlibrary lib, const char *name);
+CUresult mn_cu_library_get_global(const mn_ip_slot *slot, CUdeviceptr *p, size_t *n, CUlibrary lib, const char *name);
+CUresult mn_cu_library_get_managed(const mn_ip_slot *slot, CUdeviceptr *p, size_t *n, CUlibrary lib, const char *name);
+CUresult mn_cu_module_load_data(const mn_ip_slot *slot, CUmodule *m, const void *image);
+CUresult mn_cu_module_load_data_ex(const mn_ip_slot *slot, CUmodule *m, const void *image, unsigned int n, CUjit_option *o, void **v);
+CUresult mn_cu_module_load_fat_binary(const mn_ip_slot *slot, CUmodule *m, const void *fatbin);
+CUresult mn_cu_module_load(const mn_ip_slot *slot, CUmodule *m, const char *fname);
+CUresult mn_cu_module_unload(const mn_ip_slot *slot, CUmodule m);
+CUresult mn_cu_module_get_function(const mn_ip_slot *slot, CUfunction *f, CUmodule m, const char *name);
+CUresult mn_cu_module_get_global(const mn_ip_slot *slot, CUdeviceptr *p, size_t *n, CUmodule m, const char *name);
+CUresult mn_cu_kernel_get_function(const mn_ip_slot *slot, CUfunction *f, CUkernel k);
+CUresult mn_cu_tex_object_create(const mn_ip_slot *slot, CUtexObject *t, const CUDA_RESOURCE_DESC *r, const CUDA_TEXTURE_DESC *d, const CUDA_RESOURCE_VIEW_DESC *v);
+CUresult mn_cu_tex_object_destroy(const mn_ip_slot *slot, CUtexObject t);
+CUresult mn_cu_surf_object_create(const mn_ip_slot *slot, CUsurfObject *t, const CUDA_RESOURCE_DESC *r);
+CUresult mn_cu_surf_object_destroy(const mn_ip_slot *slot, CUsurfObject t);
+CUresult mn_cu_stream_begin_capture(const mn_ip_slot *slot, CUstream s, CUstreamCaptureMode mode);
+CUresult mn_cu_stream_begin_capture_to_graph(const mn_ip_slot *slot, CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode);
+CUresult mn_cu_stream_end_capture(const mn_ip_slot *slot, CUstream s, CUgraph *g);
+CUresult mn_cu_graph_add_kernel_node_v1(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_KERNEL_NODE_PARAMS_v1 *p);
+CUresult mn_cu_graph_add_kernel_node(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_KERNEL_NODE_PARAMS_v2 *p);
+CUresult mn_cu_graph_add_node_v1(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p);
+CUresult mn_cu_graph_add_node(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUgraphNodeParams *p);
+CUresult mn_cu_graph_launch(const mn_ip_slot *slot, CUgraphExec e, CUstream s);
+
+CUresult mn_cu_primary_ctx_release(const mn_ip_slot *slot, CUdevice d);
+CUresult mn_cu_primary_ctx_reset(const mn_ip_slot *slot, CUdevice d);
+CUresult mn_cu_ctx_destroy(const mn_ip_slot *slot, CUcontext c);
 
 #endif

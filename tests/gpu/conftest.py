@@ -33,11 +33,11 @@ SMALL: Dict[str, List[str]] = {
     "launchex": ["launchex"],
     "cooperative": ["cooperative"],
     "shlib": ["shlib"],
+    "driverapi": ["driverapi"],  # cuLaunchKernel from cudaGetDriverEntryPoint: recorded at the driver too
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {
     "graph": ["graph"],
-    "driverapi": ["driverapi"],
     "texture": ["texture"],
     "managed": ["managed"],
 }

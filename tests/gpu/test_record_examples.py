@@ -1,7 +1,7 @@
 """`mneme record` on every example (recorded once per session by tests/gpu/conftest.py): the apps'
 checksums are unchanged, the DBs hold the expected kernels, instances, occurrences and provenance, the
-epilogue differs from the prologue exactly where the kernel writes, and the launch paths mneme cannot
-replay are reported."""
+epilogue differs from the prologue exactly where the kernel writes, an app's own driver-API launch is
+recorded, and the launch paths mneme cannot replay are reported."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ KERNELS: Dict[str, List[str]] = {
     "launchex": ["exScale"],
     "cooperative": ["coopSum"],
     "shlib": ["shlibOffset", "shlibScale"],
+    "driverapi": ["driverScale"],
 }
 
 
@@ -109,7 +110,8 @@ def test_vecadd_epilogue_is_the_prologue_plus_exactly_the_sum(small_recordings):
     assert all(struct.pack("<f", x + y) == struct.pack("<f", z) for x, y, z in zip(A, B, C))
     assert changed[a] == [] and changed[b] == [], "inputs are not written"
     assert sum(n_ for _, n_ in changed[c]) <= 4 * n and changed[c], "only the output changes"
-    assert {blob.addr for blob in pro.blobs} == {a, b, c}
+    # the runtime's own cuMemAlloc calls (if any) come from the arena too, so more blobs may be there
+    assert {a, b, c} <= {blob.addr for blob in pro.blobs}
 
 
 def test_ptrglobal_records_the_pointer_globals_with_relocations(small_recordings):
@@ -140,7 +142,14 @@ def test_launch_attributes_are_kept(small_recordings):
     assert coop.extra["InstanceAttributes"][dh]["Cooperative"] is True
     ex = dbs_of(small_recordings["launchex"])["exScale"]
     (dh,) = list(ex)
-    assert ex.extra["InstanceAttributes"][dh]["Api"] == "cudaLaunchKernelEx"
+    assert ex.extra["InstanceAttributes"][dh]["Api"] == "cuLaunchKernelEx", "seen at the driver"
+
+
+def test_the_apps_own_driver_api_launch_is_recorded(small_recordings):
+    db = dbs_of(small_recordings["driverapi"])["driverScale"]
+    (dh,) = list(db)
+    assert db.extra["InstanceAttributes"][dh]["Api"] == "cuLaunchKernel"
+    assert not db.extra.get("UnsupportedLaunches"), db.extra.get("UnsupportedLaunches")
 
 
 def test_struct_padding_and_pointers_are_masked_from_the_instance_key(small_recordings):
@@ -156,12 +165,6 @@ def test_unsupported_launch_paths_are_reported(unsupported_recordings):
     db = dbs_of(graph)["graphStep"]
     assert db.extra["UnsupportedLaunches"].get("graph_capture", 0) >= 1
     assert "CUDA graph" in graph.stdout
-
-    drv = unsupported_recordings["driverapi"]
-    assert drv.returncode == 0 and checksum(drv.stdout) == checksum(plain(drv.argv).stdout)
-    db = dbs_of(drv)["driverScale"]
-    assert len(db) == 0 and not db.replayable and db.extra["UnsupportedLaunches"] == {"driver_api": 1}
-    assert "driver API" in db.not_replayable_reason
 
     tex = unsupported_recordings["texture"]
     db = dbs_of(tex)["textureRead"]

@@ -1,5 +1,5 @@
 // The recorder's awkward corners in one app, built on the GPU machine with nvcc (so it also covers
-// apps not built with `mneme cc`: nvcc stubs launch through __cudaLaunchKernel and carry no IR).
+// apps not built with `mneme cc`: no IR; the shared and the static runtime, seen at the driver).
 //   nvcc -arch=sm_90 -cudart shared -o record_smoke record_smoke.cu -ldl
 // Prints "pitch ..." lines comparing the recorder's pitch with the real runtime's, "arena ..." lines
 // with allocation addresses, and a final "checksum ..." line; exits 1 on any CUDA error.

@@ -1,0 +1,139 @@
+"""Code knobs beyond the pipeline: loop unrolling, inlining, vectorization, floating-point contraction and
+fast math, and the PTX assembler's options. Each one changes the code that runs, and each is part of the code
+hash (only when set, so code hashes of configurations without knobs stay what they were).
+
+How each reaches the code:
+- `unroll`: loop metadata on every loop of the module that carries no unroll hint of its own (a source
+  `#pragma unroll` wins): n >= 2 writes `llvm.loop.unroll.count` n, 1 writes `llvm.loop.unroll.disable`.
+- `inline_threshold`, `vectorize`: llvmlite's PipelineTuningOptions of the default<...> pipelines
+  (inlining threshold; loop and SLP vectorization).
+- `fma=False`: `contract` is taken off every floating-point instruction and ptxas gets `--fmad=false`.
+- `fast_math`: every floating-point instruction gets `fast` (or every fast-math flag but `contract` when fma
+  is off), denormals flush to zero (the "denormal-fp-math-f32" attribute and libdevice's nvvm-reflect-ftz).
+  Results round differently: such trials need verification by tolerance.
+- `ptxas_opt` (-1: the codegen level), `max_regs` (--maxrregcount), `dlcm` (-dlcm=ca|cg|cs, default load
+  caching), `expensive_opts` (--allow-expensive-optimizations true): flags of ptxas (or -Xptxas for nvJitLink).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List
+
+from mneme.config import KNOB_DEFAULTS
+
+
+_FP_OPS = re.compile(
+    r"(= (?:fadd|fsub|fmul|fdiv|frem|fneg|fcmp)|(?:= |^\s*)(?:tail |notail |musttail )?call)"
+    r"((?: (?:fast|contract|reassoc|nnan|ninf|nsz|arcp|afn))*)"
+    r"(?= (?:float|double|half|bfloat|<\d+ x (?:float|double|half|bfloat)>|[ou]\w+|true|false)\b)",
+    re.M,
+)
+_FP_CALL_TYPE = re.compile(r"^ (?:float|double|half|bfloat|<\d+ x (?:float|double|half|bfloat)>)\b")
+_LOOP_REF = re.compile(r"!llvm\.loop !(\d+)")
+_MD_DEF = re.compile(r"^!(\d+) = (distinct )?!\{(.*)\}$", re.M)
+_ATTR_GROUP = re.compile(r"^(attributes #\d+ = \{ )(.*)( \})$", re.M)
+_FTZ_FLAG = re.compile(r'(!\{i32 \d+, !"nvvm-reflect-ftz", i32 )0\}')
+_DENORMAL = re.compile(r' ?"denormal-fp-math(?:-f32)?"="[^"]*"')
+_FAST_NO_CONTRACT = "reassoc nnan ninf nsz arcp afn"
+
+
+class CodeKnobs:
+    """The code knobs of one configuration; their names and neutral values are mneme.config.KNOB_DEFAULTS."""
+
+    __slots__ = ("_v",)
+
+    def __init__(self, **values: Any):
+        unknown = sorted(set(values) - set(KNOB_DEFAULTS))
+        if unknown:
+            raise TypeError(f"unknown code knob(s) {unknown}; known: {sorted(KNOB_DEFAULTS)}")
+        self._v = {**KNOB_DEFAULTS, **values}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._v[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @classmethod
+    def of(cls, config: Any) -> "CodeKnobs":
+        """The knobs of a replay configuration (fields it lacks keep their defaults)."""
+        return cls(**{k: getattr(config, k) for k in KNOB_DEFAULTS if hasattr(config, k)})
+
+    def describe(self) -> Dict[str, Any]:
+        """The knobs that differ from the defaults (what the code hash sees)."""
+        return {k: v for k, v in self._v.items() if v != KNOB_DEFAULTS[k]}
+
+    @property
+    def rewrites_ir(self) -> bool:
+        return bool(self.unroll) or self.fast_math or not self.fma
+
+    def ptxas_flags(self) -> List[str]:
+        """ptxas flags beyond --gpu-name/-O/--verbose (the -O level is the caller's, see assembler_opt)."""
+        out: List[str] = []
+        if self.max_regs:
+            out.append(f"--maxrregcount={int(self.max_regs)}")
+        if self.dlcm:
+            out.append(f"-dlcm={self.dlcm}")
+        if self.expensive_opts:
+            out.append("--allow-expensive-optimizations=true")
+        if not self.fma:
+            out.append("--fmad=false")
+        return out
+
+    def assembler_opt(self, codegen_opt: int) -> int:
+        return int(codegen_opt) if int(self.ptxas_opt) < 0 else int(self.ptxas_opt)
+
+    def rewrite(self, text: str) -> str:
+        """Printed IR with the IR-level knobs applied (see the module docstring)."""
+        if self.unroll:
+            text = _unroll(text, int(self.unroll))
+        if self.fast_math or not self.fma:
+            text = _fp_flags(text, self.fast_math, self.fma)
+        return text
+
+
+def _unroll(text: str, count: int) -> str:
+    nodes = {m.group(1): m for m in _MD_DEF.finditer(text)}
+    loops = sorted(set(_LOOP_REF.findall(text)), key=int)
+    if not loops:
+        return text
+    new_id = max((int(k) for k in nodes), default=-1) + 1
+    hint = f'!{{!"llvm.loop.unroll.count", i32 {count}}}' if count > 1 else '!{!"llvm.loop.unroll.disable"}'
+    edits = []
+    for lid in loops:
+        m = nodes.get(lid)
+        if m is None:
+            continue
+        refs = re.findall(r"!(\d+)", m.group(3))
+        if any("llvm.loop.unroll" in (nodes[r].group(3) if r in nodes else "") for r in refs):
+            continue  # the source asked for its own unrolling
+        edits.append((m.start(), m.end(), f"!{lid} = {m.group(2) or ''}!{{{m.group(3)}, !{new_id}}}"))
+    if not edits:
+        return text
+    for start, end, repl in reversed(edits):
+        text = text[:start] + repl + text[end:]
+    return text.rstrip("\n") + f"\n!{new_id} = {hint}\n"
+
+
+def _fp_flags(text: str, fast: bool, fma: bool) -> str:
+    flags = ("fast" if fma else _FAST_NO_CONTRACT) if fast else ""
+
+    def repl(m: re.Match) -> str:
+        head, old = m.group(1), m.group(2).split()
+        if head.endswith("call") and not _FP_CALL_TYPE.match(m.string[m.end(): m.end() + 40]):
+            return m.group(0)
+        if fast:
+            return f"{head} {flags}"
+        kept = [f for f in old if f != "contract"]
+        if "fast" in kept:  # fast = all flags: keep all of them but contract
+            kept = _FAST_NO_CONTRACT.split()
+        return head + "".join(" " + f for f in kept)
+
+    text = _FP_OPS.sub(repl, text)
+    if fast:
+        text = _FTZ_FLAG.sub(r"\g<1>1}", text)
+        text = _ATTR_GROUP.sub(
+            lambda m: m.group(1) + _DENORMAL.sub("", m.group(2)) + ' "denormal-fp-math-f32"="preserve-sign,preserve-sign"'
+            + m.group(3) if '"target-cpu"' in m.group(2) else m.group(0), text)
+    return text

@@ -1,0 +1,26 @@
+// Kernels whose code ties them to their launch in different ways (read by tests/test_ir_launchsafety.py).
+__global__ void __launch_bounds__(256, 2) bounded(float *a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) a[i] *= 2.0f;
+}
+
+// indexes with a compile-time block size: only a block of 256 covers the work
+__global__ void fixed256(float *a, int n) {
+  int i = blockIdx.x * 256 + threadIdx.x;
+  if (i < n) a[i] += 1.0f;
+}
+
+// reads blockDim, but stages through a 256-element shared array indexed by threadIdx.x
+__global__ void smallbuf(const float *in, float *out) {
+  __shared__ float buf[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  buf[threadIdx.x] = in[i];
+  __syncthreads();
+  out[i] = buf[blockDim.x - 1 - threadIdx.x];
+}
+
+// a 2-D kernel that reads blockDim on both axes (any covering shape works)
+__global__ void scale2d(float *a, int nx, int ny) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x < nx && y < ny) a[y * nx + x] *= 3.0f;
+}
