@@ -255,3 +255,10 @@ def test_runner_keeps_the_app_exit_status_when_no_stats_come(tmp_path, libs):
                     lib=libs / "libapply.so", quiet=True)
     st = r.run("apply")
     assert st.returncode == 4 and st.stats_missing and "no statistics" in st.warnings[0]
+
+
+def test_a_run_past_the_app_timeout_is_killed_and_reported(tmp_path, libs):
+    r = ApplyRunner(tmp_path / "none.txt", tmp_path, [sys.executable, "-c", "import time; time.sleep(30)"],
+                    lib=libs / "libapply.so", quiet=True, timeout=1.0)
+    st = r.run("observe")
+    assert st.returncode == 124 and st.wall_s < 20 and "killed" in st.warnings[0]

@@ -90,6 +90,15 @@ def test_observe_mode_times_the_original_and_swaps_nothing(fake, tuned, tmp_path
     assert re.search(r"entry 0 matched 1 applied 0 .* timed 1 total_ns 4000", (tmp_path / "s.txt").read_text())
 
 
+@pytest.mark.parametrize("mode", ["observe", "apply"])
+def test_the_hold_flag_only_grows_across_timed_launches(fake, tuned, tmp_path, mode):
+    # a flag reset for the next hold re-blocks a wait the GPU has not reached yet: the app hung on the H200
+    e, m = manifest(tuned, tmp_path)
+    p = run_app(fake, m, tmp_path / "s.txt", *([64, 256, N] * 5), mode=mode)
+    assert [int(v) for v in re.findall(r"hold until (\d+)", p.stdout)] == [1, 2, 3, 4, 5]
+    assert "went down" not in p.stdout
+
+
 def test_the_scaled_rule_recomputes_the_grid_from_the_launchs_work(fake, tuned, tmp_path):
     e, m = manifest(tuned, tmp_path, rule="scaled")
     assert e.rule == "scaled"

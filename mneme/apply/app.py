@@ -20,7 +20,8 @@ from mneme.errors import ConfigurationError
 def apply_app(tuned: Sequence[str], argv: Sequence[str], *, workdir: Optional[str] = None, rule: Optional[str] = None,
               check: int = 0, rounds: int = 1, atol: Optional[float] = None, rtol: Optional[float] = None,
               tol_type: str = "f32", arch: Optional[str] = None, track_run: bool = False,
-              tracking_uri: Optional[str] = None, experiment: Optional[str] = None, quiet: bool = False) -> ApplyReport:
+              tracking_uri: Optional[str] = None, experiment: Optional[str] = None, quiet: bool = False,
+              app_timeout: Optional[float] = None) -> ApplyReport:
     if not argv:
         raise ConfigurationError("no app to run: mneme apply TUNED... -- ./app ARGS")
     wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mneme-apply-"))
@@ -31,7 +32,8 @@ def apply_app(tuned: Sequence[str], argv: Sequence[str], *, workdir: Optional[st
         raise ConfigurationError("no tuned kernel can be applied: " +
                                  "; ".join(f"{k}: {' '.join(v)}" for k, v in notes.items()))
     manifest = write_manifest(entries, wd / "manifest.txt")
-    runner = ApplyRunner(manifest, wd, list(argv), check=check, atol=atol, rtol=rtol, tol_type=tol_type, quiet=quiet)
+    runner = ApplyRunner(manifest, wd, list(argv), check=check, atol=atol, rtol=rtol, tol_type=tol_type, quiet=quiet,
+                         timeout=app_timeout)
     rep = build_report(entries, runner.rounds(rounds), notes)
     rep.workdir = str(wd)
     write_report(rep, wd)

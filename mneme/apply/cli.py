@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--rtol", type=float, default=None, help="relative tolerance for --check")
     a("--tol-type", default="f32", help="element type the tolerances apply to (default f32)")
     a("--rounds", type=int, default=1, help="observed/applied run pairs, alternating (default 1)")
+    a("--app-timeout", type=float, default=None, metavar="S", help="kill a run of the app after S seconds (default: none)")
     a("--arch", default=None, help="target arch for rebuilt cubins (default: the recorded one)")
     a("--workdir", default=None, help="where the manifest, cubins, statistics and apply.json go (default: a temp dir)")
     a("--track", action="store_true", help="log the result to MLflow (under the sweep run when known)")
@@ -50,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("no app to run: mneme apply TUNED... -- ./app ARGS")
     rep = apply_app(args.tuned, app, workdir=args.workdir, rule=args.rule, check=args.check, rounds=args.rounds,
                     atol=args.atol, rtol=args.rtol, tol_type=args.tol_type, arch=args.arch, track_run=args.track,
-                    tracking_uri=args.tracking_uri, experiment=args.experiment, quiet=args.quiet)
+                    tracking_uri=args.tracking_uri, experiment=args.experiment, quiet=args.quiet,
+                    app_timeout=args.app_timeout)
     if args.json:
         print(json.dumps(rep.to_json(), indent=2, default=str))
     else:

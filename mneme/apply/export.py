@@ -78,7 +78,8 @@ def export_wisdom(out: str, uri: Optional[str] = None, experiment: Optional[str]
     sw = find_sweep(client, experiment, sweep, study)
     best, baseline = best_child(client, sw)
     tags, params, metrics = best.data.tags, best.data.params, best.data.metrics
-    config = canonical(unflatten(params, "replay"))
+    # an empty string parameter reads back as None: such a field takes the configuration's default
+    config = canonical({k: v for k, v in unflatten(params, "replay").items() if v is not None})
     db = sw.data.params.get("record_db") or ""
     if not db:
         raise ConfigurationError(f"sweep {sw.info.run_id} does not name its record DB (param record_db)")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+import mneme
 from mneme.errors import ConfigurationError
 
 LIB_NAME = "libapply.so"
@@ -24,10 +25,28 @@ CHECK_EXIT = 86
 
 
 def find_libapply(build: bool = True) -> Path:
-    """libapply.so: $MNEME_LIBAPPLY, else mneme/lib/libapply.so (built from native/apply in a source checkout)."""
-    from mneme.record.runner import find_native_lib
-
-    return find_native_lib(LIB_NAME, "apply", "MNEME_LIBAPPLY", ConfigurationError, build)
+    """libapply.so: $MNEME_LIBAPPLY, else mneme/lib/libapply.so (built from native/apply in a source checkout,
+    as mneme record builds librecord)."""
+    env = os.environ.get("MNEME_LIBAPPLY")
+    if env:
+        p = Path(env)
+        if not p.is_file():
+            raise ConfigurationError(f"MNEME_LIBAPPLY={env}: no such file")
+        return p.resolve()
+    lib = Path(mneme.__file__).resolve().parent / "lib" / LIB_NAME
+    src = Path(mneme.__file__).resolve().parent.parent / "native" / "apply"
+    if build and (src / "Makefile").is_file():
+        try:
+            r = subprocess.run(["make", "-s", "-C", str(src), f"OUT={lib.parent}"], capture_output=True, text=True)
+        except OSError as e:
+            r = None
+            if not lib.is_file():
+                raise ConfigurationError(f"cannot build {lib}: make is not available ({e}); run `make native`") from None
+        if r is not None and r.returncode != 0:
+            raise ConfigurationError(f"building {lib} failed (make -C {src}):\n{(r.stdout + r.stderr)[-3000:]}")
+    if not lib.is_file():
+        raise ConfigurationError(f"{lib} is missing: build it with `make native` (or `make -C native/apply`)")
+    return lib
 
 
 @dataclass
@@ -96,6 +115,8 @@ class ApplyRunner:
     tol_type: str = "f32"
     lib: Optional[Path] = None
     quiet: bool = False
+    #: seconds one run of the app may take (None: no bound); a run past it is killed and reported (exit 124)
+    timeout: Optional[float] = None
 
     def env(self, mode: str, stats: Path) -> Dict[str, str]:
         if self.lib is None:
@@ -123,17 +144,25 @@ class ApplyRunner:
             print(f"mneme apply: [{mode} run {round_no + 1}] {' '.join(self.argv)}", file=sys.stderr, flush=True)
         env = self.env(mode, stats)
         t0 = time.perf_counter()
+        timed_out = False
         try:
-            p = subprocess.run(list(self.argv), env=env)
+            p = subprocess.run(list(self.argv), env=env, timeout=self.timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:  # subprocess.run killed it
+            timed_out, rc = True, 124
         except OSError as e:
             raise ConfigurationError(f"cannot run {self.argv[0]}: {e}") from None
         wall = time.perf_counter() - t0
+        if timed_out:
+            st = RunStats(mode, rc, wall, stats_missing=True)
+            st.warnings.append(f"the {mode} run did not end within {self.timeout:g} s and was killed (--app-timeout)")
+            return st
         if not stats.is_file():
-            st = RunStats(mode, p.returncode, wall, stats_missing=True)
+            st = RunStats(mode, rc, wall, stats_missing=True)
             st.warnings.append(f"libapply wrote no statistics ({stats}): the app ended without running its exit "
                                "handlers (killed, or _exit), or libapply was not loaded")
             return st
-        return parse_stats(stats.read_text(), mode, p.returncode, wall)
+        return parse_stats(stats.read_text(), mode, rc, wall)
 
     def rounds(self, n: int = 1) -> List[Dict[str, RunStats]]:
         """n rounds of (observe, apply), alternating, so drift hits both alike; stops after a failed check."""

@@ -67,6 +67,7 @@ typedef struct {
   size_t nevpool;
   uint64_t unmatched;
   int hold_state, held;
+  uint32_t hold_seq; /* the last hold's number; the flag holds it once released */
   volatile uint32_t *hold_flag;
   CUdeviceptr hold_dflag;
   char warn[MNA_MAX_WARN][512];

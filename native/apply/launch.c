@@ -231,10 +231,13 @@ static int hold_ready(void) {
   return 1;
 }
 
+/* The flag only ever grows: hold n waits for flag >= n and is released by writing n. (Resetting it to 0 for
+ * the next hold would re-block an earlier wait the GPU has not reached yet, on a stream nobody releases
+ * again: the app hung.) */
 static void release_hold(void) {
   if (A.held) {
     __sync_synchronize();
-    *A.hold_flag = 1;
+    *A.hold_flag = A.hold_seq;
     A.held = 0;
   }
 }
@@ -246,9 +249,13 @@ int mna_time_begin(CUstream s, CUevent *a) {
   /* only on an idle stream: there the gap would be timed, and nothing queued behind the wait can fill the
    * launch queue while the host still has to raise the flag */
   if (hold_ready() && A.cu.streamQuery && A.cu.streamQuery(s) == CUDA_SUCCESS) {
-    *A.hold_flag = 0;
-    __sync_synchronize();
-    A.held = A.cu.streamWaitValue32(s, A.hold_dflag, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+    uint32_t next = A.hold_seq + 1;
+    if (next == 0) { /* after 2^32 - 1 holds the flag cannot grow any more: no more holds */
+      A.hold_state = -1;
+    } else if (A.cu.streamWaitValue32(s, A.hold_dflag, next, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) {
+      A.hold_seq = next;
+      A.held = 1;
+    }
   }
   if ((A.ptail + 1) % MNA_PENDING == A.phead) mna_resolve(1);
   *a = ev_get();

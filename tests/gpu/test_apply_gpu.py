@@ -35,7 +35,8 @@ def tune(db: Path, out: Path, *args, env=None) -> dict:
 
 def apply(tuned, argv, *flags, env=None, check=True):
     wd = Path(f"{tuned[0]}-apply-{len(flags)}-{'-'.join(map(str, flags))[:40]}")
-    p = subprocess.run([*MNEME, "apply", *map(str, tuned), "--workdir", str(wd), *map(str, flags), "--",
+    p = subprocess.run([*MNEME, "apply", *map(str, tuned), "--workdir", str(wd), "--app-timeout", "60",
+                        *map(str, flags), "--",
                         str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, timeout=600, env=env)
     print(p.stdout[-6000:], p.stderr[-3000:])
     if check:

@@ -13,9 +13,21 @@ static const char *kernel_name(void) {
   return k ? k : "_Z6vecAddPKfS0_Pfi";
 }
 
+/* The host flag libapply holds timed launches behind: a real GPU reaches a queued wait later, so the flag must
+ * never go down (a lower value re-blocks a wait not yet reached). Checked at every call that sees it. */
+static volatile uint32_t *hold_flag;
+static uint32_t hold_max;
+static void check_flag(void) {
+  if (!hold_flag) return;
+  uint32_t v = *hold_flag;
+  if (v < hold_max) printf("hold flag went down %u -> %u\n", hold_max, v);
+  if (v > hold_max) hold_max = v;
+}
+
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
   (void)s, (void)p, (void)x;
+  check_flag();
   printf("launch %#lx grid %u %u %u block %u %u %u shared %u\n", (unsigned long)(uintptr_t)f, gx, gy, gz, bx, by, bz, shm);
   return CUDA_SUCCESS;
 }
@@ -87,7 +99,9 @@ EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
 }
 EXPORT CUresult cuStreamQuery(CUstream s) { return (void)s, CUDA_SUCCESS; }
 EXPORT CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr a, cuuint32_t v, unsigned flags) {
-  (void)s, (void)a, (void)flags;
+  (void)s, (void)flags;
+  hold_flag = (volatile uint32_t *)(uintptr_t)a;
+  check_flag();
   printf("hold until %u\n", v);
   return CUDA_SUCCESS;
 }
