@@ -8,7 +8,7 @@
   locked file, and unlinks it. A process that still has the old file open notices on its next acquire
   (`same_file`) and opens the path again, so removing a lock file never lets two processes in at once.
 
-`reap` runs when the CLI and the Hydra app exit and when a commit lock is first made.
+`reap` runs when the CLI and the Hydra app exit (so a run reaps what killed workers of earlier runs left).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class CommitLock(FileLock):
     SQLite's own busy handler sleeps 1, 2, 5 ... 100 ms between looks at a held lock, so a writer that
     finds it taken idles long after it is free; the kernel wakes a flock waiter at once. The lock file is
     in the temporary directory, named by the database's path, so none is left beside the user's store; it is
-    removed when unused (mneme.tmpfiles: at exit, or by the next run after a killed writer), and every acquire
+    removed when unused (mneme.tmpfiles: at exit; after a killed writer, when the CLI or Hydra app exits), and every acquire
     checks that the path still names the file it locked, opening it again when another process removed it.
     """
 
@@ -87,10 +87,7 @@ class CommitLock(FileLock):
         import atexit
         import tempfile
 
-        from mneme import tmpfiles
-
         digest = hashlib.blake2b(os.path.realpath(database).encode(), digest_size=12).hexdigest()
-        tmpfiles.reap()
         super().__init__(os.path.join(tempfile.gettempdir(), f"mneme-sqlite-{digest}.lock"))
         self._file()  # an unusable $TMPDIR shows here, where the caller falls back to MlflowClient's path
         atexit.register(self.close)

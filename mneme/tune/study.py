@@ -155,8 +155,7 @@ def _writable_file(path: str, what: str) -> None:
             pass
         with tempfile.TemporaryFile(dir=p.parent, prefix=".mneme-probe-") as f:
             f.write(b"\0" * 4096)  # SQLite's WAL and the journal's lock file live beside it; a full disk shows here
-            f.flush()
-            os.fsync(f.fileno())
+            f.flush()  # (no fsync: storages here never wait for the disk, see _page_cache_journal)
     except OSError as e:
         if not existed and p.exists():
             p.unlink()
