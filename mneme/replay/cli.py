@@ -79,7 +79,9 @@ def add_config_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("passes", nargs="?", default=None, help="pass pipeline in opt syntax, e.g. 'default<O3>'")
     for flags, path, typ, help_text in CONFIG_FLAGS:
         metavar = ("BYTES" if path == "shared_mem" else "N") if typ is int else None
-        choices = ("serial", "parallel") if path == "codegen_method" else None
+        choices = {"codegen_method": ("serial", "parallel"), "dlcm": ("", "ca", "cg", "cs")}.get(path)
+        if path == "dlcm":
+            metavar = "{ca,cg,cs}"
         g.add_argument(*flags, dest="cfg:" + path, type=typ, default=None, metavar=metavar, choices=choices,
                        help=help_text)
     for on, off, name, help_text in BOOL_FLAGS:
