@@ -18,12 +18,22 @@ if [ "${NGPU:-0}" -lt 2 ]; then
   MARK="gpu and not multigpu"
   export GPU_CHECK_NOTE="multigpu tests not run: ${NGPU:-0} GPU visible"
 fi
-timeout "${GPU_CHECK_TIMEOUT:-470}" python3 -m pytest -m "$MARK" ${K:+-k "$K"} -p no:cacheprovider -q -rfEs --junitxml="$LOG/junit.xml" \
-  --durations=15 tests/gpu 2>&1 | tee "$LOG/pytest.log"
+# The whole check runs `mneme apply`'s tests (each records, tunes and runs an app several times) as a stage
+# of their own with its own time bound, so that a slow or stuck app under libapply cannot take the other
+# tests' report with it; with K, pytest alone runs what K selects.
+APPLY_TESTS=tests/gpu/test_apply_gpu.py
+IGNORE=()
+[ -z "$K" ] && IGNORE=(--ignore="$APPLY_TESTS")
+timeout "${GPU_CHECK_TIMEOUT:-470}" python3 -m pytest -m "$MARK" ${K:+-k "$K"} "${IGNORE[@]}" -p no:cacheprovider \
+  -q -rfEs --junitxml="$LOG/junit.xml" --durations=15 tests/gpu 2>&1 | tee "$LOG/pytest.log"
 rc=${PIPESTATUS[0]}
 STAGES=()
 if [ -z "$K" ]; then  # the whole check: the main job as a user runs it, in a new copy of the tree
-  bash scripts/mainjob.sh "$LOG"
+  timeout "${APPLY_TIMEOUT:-300}" python3 -m pytest -m "$MARK" -p no:cacheprovider -v -rfEs -o faulthandler_timeout=60 \
+    --junitxml="$LOG/junit-apply.xml" "$APPLY_TESTS" >"$LOG/apply.log" 2>&1
+  STAGES+=("mneme apply tests=$?")
+  tail -n 3 "$LOG/apply.log"
+  timeout "${MAINJOB_TIMEOUT:-600}" bash scripts/mainjob.sh "$LOG"
   STAGES+=("main job (demo.sh in a new copy)=$?")
   # README.md's commands as a user types them (record, show, replay, tune, sweep, compare), placeholders filled
   timeout "${DOCCMDS_TIMEOUT:-420}" python3 scripts/doccmds.py --gpu >"$LOG/doccmds.log" 2>&1

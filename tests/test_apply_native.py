@@ -26,7 +26,13 @@ N = 16384  # the recorded n of the vecadd fixture (grid 64 x block 256)
 def fake(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fake")
     flags = ["-Wall", "-Wextra", "-Werror", f"-I{CUDA_INC}"]
-    for argv in (["cc", "-shared", "-fPIC", "-fvisibility=hidden", *flags, "-o", d / "libcuda.so.1", FAKE / "fakecuda.c"],
+    (d / "plain").mkdir()
+    # like the real driver (-Bsymbolic: its cuGetProcAddress hands out its own functions), and without it (its
+    # references to its exports bind to libapply's cuLaunchKernel, the path of apps linked with -lcuda)
+    for argv in (["cc", "-shared", "-fPIC", "-fvisibility=hidden", "-Wl,-Bsymbolic", *flags, "-o", d / "libcuda.so.1",
+                  FAKE / "fakecuda.c"],
+                 ["cc", "-shared", "-fPIC", "-fvisibility=hidden", *flags, "-o", d / "plain" / "libcuda.so.1",
+                  FAKE / "fakecuda.c"],
                  ["cc", *flags, "-o", d / "app", FAKE / "fakeapp.c", "-ldl"],
                  ["make", "-s", "-C", ROOT / "native" / "apply", f"OUT={d}"]):
         p = subprocess.run(list(map(str, argv)), capture_output=True, text=True)
@@ -50,8 +56,11 @@ def manifest(tuned, tmp_path, rule="exact", variables=(), cubin=None):
     return entries[0], write_manifest(entries, tmp_path / "m.txt")
 
 
-def run_app(fake, m, stats, *launches, mode="apply"):
-    env = {**os.environ, "LD_LIBRARY_PATH": str(fake), "LD_PRELOAD": str(fake / "libapply.so"),
+def run_app(fake, m, stats, *launches, mode="apply", driver=None, cukernel=False):
+    env = {k: v for k, v in os.environ.items() if k != "FAKE_CUKERNEL"}
+    if cukernel:
+        env["FAKE_CUKERNEL"] = "1"
+    env = {**env, "LD_LIBRARY_PATH": str(driver or fake), "LD_PRELOAD": str(fake / "libapply.so"),
            "MNEME_APPLY_MANIFEST": str(m), "MNEME_APPLY_STATS": str(stats), "MNEME_APPLY_MODE": mode}
     p = subprocess.run([str(fake / "app"), *map(str, launches)], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "app done" in p.stdout, p.stdout + p.stderr
@@ -62,9 +71,11 @@ def launches(out: str):
     return re.findall(r"launch (0x[0-9a-f]+) grid (\d+) 1 1 block (\d+) 1 1", out)
 
 
-def test_the_exact_instance_gets_the_tuned_kernel_and_others_the_original(fake, tuned, tmp_path):
+@pytest.mark.parametrize("driver", ["symbolic", "plain"])
+def test_the_exact_instance_gets_the_tuned_kernel_and_others_the_original(fake, tuned, tmp_path, driver):
     e, m = manifest(tuned, tmp_path)
-    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N, 64, 256, N + 1, 10, 256, N)
+    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N, 64, 256, N + 1, 10, 256, N,
+                driver=fake / "plain" if driver == "plain" else fake)
     tg, tb = e.tuned.grid.x, e.tuned.block.x
     assert launches(p.stdout) == [("0x2000", str(tg), str(tb)), ("0x1000", "64", "256"), ("0x1000", "10", "256")]
     stats = (tmp_path / "s.txt").read_text()
@@ -87,10 +98,11 @@ def test_the_scaled_rule_recomputes_the_grid_from_the_launchs_work(fake, tuned, 
     assert launches(p.stdout) == [("0x2000", str(-(-10 * 256 // tb)), str(tb)), ("0x1000", "64", "128")]
 
 
-def test_variables_are_mirrored_around_the_tuned_launch(fake, tuned, tmp_path):
+@pytest.mark.parametrize("cukernel", [False, True], ids=["CUfunction", "CUkernel"])
+def test_variables_are_mirrored_around_the_tuned_launch(fake, tuned, tmp_path, cukernel):
     e, m = manifest(tuned, tmp_path, variables=[Variable("g_count", 8, False), Variable("c_table", 16, True),
                                                 Variable("g_missing", 4, False)])
-    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N)
+    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N, cukernel=cukernel)
     lines = p.stdout.splitlines()
     i = next(k for k, line in enumerate(lines) if line.startswith("launch 0x2000"))
     before, after = lines[:i], lines[i + 1:]
@@ -122,3 +134,23 @@ def test_mneme_apply_reports_both_runs_side_by_side(fake, tuned, tmp_path):
     assert k["realized"] == pytest.approx(1.0) and rep["kernels_applied"] == 1 and rep["app_ok"]
     assert set(rep) >= {"kernels_applied", "app_ok", "wall_speedup", "kernels"}
     assert "realized 1.000x" in p.stdout and "apply wall:" in p.stdout
+
+
+def test_apply_track_logs_a_run_under_the_tune_sweep(fake, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "LD_LIBRARY_PATH": str(fake),
+           "MNEME_LIBAPPLY": str(fake / "libapply.so")}
+    out = tmp_path / "tune"
+    run_mneme("tune", "-rdb", VECADD, "--space", "quick", "--devices", "none", "--objective", "registers", "--trials", 4,
+              "-o", out, "--quiet", "--seed", "1", env=env)
+    run_mneme("apply", out, "--track", "--workdir", tmp_path / "wd", "--quiet", "--", fake / "app", 64, 256, N, env=env)
+    from mlflow import MlflowClient
+
+    c = MlflowClient(uri)
+    (exp,) = [e for e in c.search_experiments() if c.search_runs([e.experiment_id], "tags.`mneme.role` = 'apply'")]
+    (sweep,) = c.search_runs([exp.experiment_id], "tags.`mneme.role` = 'sweep'")
+    (run,) = c.search_runs([exp.experiment_id], "tags.`mneme.role` = 'apply'")
+    assert run.data.tags["mlflow.parentRunId"] == sweep.info.run_id and run.info.status == "FINISHED"
+    assert run.data.metrics["app_ok"] == 1.0 and run.data.metrics["kernels_applied"] == 1.0
+    assert run.data.metrics["k0.realized"] == pytest.approx(1.0)
+    assert {a.path for a in c.list_artifacts(run.info.run_id)} >= {"apply.json", "apply.txt"}

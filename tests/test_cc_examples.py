@@ -41,7 +41,12 @@ EXPECTED = {
     "devcounter": ["countAbove(float const*, float*, int, float)"],
     "atomicsum": ["jacobiStep(float const*, float const*, float*, float*, int)"],
     "workqueue": ["queueSquare(float const*, float*, int*, unsigned int*, int)"],
+    # the RDC example built by `mneme nvcc` (nvcc's -dc, device link and g++ link)
+    "nvcc_rdc": ["rdcApply(float const*, float*, int)"],
+    "nvcc_rdc_shared": ["rdcApply(float const*, float*, int)"],
 }
+#: built by `mneme nvcc` with nvcc's default runtime linkage (static)
+STATIC_CUDART = {"nvcc_rdc"}
 
 
 def make(out: Path, *targets: str) -> subprocess.CompletedProcess:
@@ -61,8 +66,21 @@ def built(tmp_path_factory) -> Path:
     return out / "bin"
 
 
+#: examples/Makefile's STATIC: the same apps linked with the static CUDA runtime, as <name>_static
+STATIC = ["vecadd", "ptrglobal", "pinned", "manylaunch", "launchex"]
+
+
 def test_every_app_is_built(built):
-    assert sorted(p.name for p in built.iterdir()) == sorted([*EXPECTED, "libmnemeshlib.so"])
+    expected = [*EXPECTED, "libmnemeshlib.so", *(f"{n}_static" for n in STATIC)]
+    assert sorted(p.name for p in built.iterdir()) == sorted(expected)
+
+
+@pytest.mark.parametrize("app", STATIC)
+def test_static_runtime_builds_carry_the_ir_and_no_libcudart(built, app):
+    modules = list_modules(built / f"{app}_static", ld_library_path="")
+    assert sorted(k["demangled"] for m in modules for k in m["kernels"]) == sorted(EXPECTED[app])
+    names = [p.name for p in shared_library_deps(built / f"{app}_static", ld_library_path="")]
+    assert not [n for n in names if n.startswith("libcudart")], names
 
 
 @pytest.mark.parametrize("app", sorted(EXPECTED))
@@ -78,7 +96,10 @@ def test_ir_lists_exactly_the_kernels(built, app):
 @pytest.mark.parametrize("app", sorted(EXPECTED))
 def test_links_the_shared_cudart(built, app):
     names = [p.name for p in shared_library_deps(built / app, ld_library_path="")]
-    assert "libcudart.so.13" in names, names
+    if app in STATIC_CUDART:
+        assert not any(n.startswith("libcudart") for n in names), names
+    else:
+        assert "libcudart.so.13" in names, names
 
 
 def test_bitcode_is_pre_optimization_and_named(built):

@@ -196,3 +196,33 @@ def test_openmp_pragmas_in_cuda_source_need_libomp(tmp_path):
     (tmp_path / "p.cu").write_text("void f(int *x) {\n#pragma omp parallel for\nfor (int i = 0; i < 4; ++i) x[i] = i; }\n")
     p = nvcc("-arch=sm_90", "-Xcompiler", "-fopenmp", "-c", "p.cu", cwd=tmp_path, check=False)
     assert p.returncode == 2 and "p.cu" in p.stderr and "libomp" in p.stderr and ".cpp" in p.stderr
+
+
+def test_cubin_and_fatbin(tmp_path):
+    (tmp_path / "k.cu").write_text(KERNEL)
+    nvcc("-cubin", "-arch=sm_90", "k.cu", cwd=tmp_path)
+    assert (tmp_path / "k.cubin").read_bytes()[:4] == b"\x7fELF"
+    nvcc("-fatbin", "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90", "k.cu",
+         "-o", "k.fatbin", cwd=tmp_path)
+    data = (tmp_path / "k.fatbin").read_bytes()
+    assert data[:4] == bytes.fromhex("50ed55ba")  # fatbinary's magic
+    assert data.count(b"\x7fELF") == 2  # one cubin per architecture (and their PTX)
+
+
+PARENT = "__global__ void child(int *x);\n__global__ void parent(int *x) { child<<<1, 1>>>(x); }\n"
+CHILD = "__global__ void child(int *x) { x[threadIdx.x] = 1; }\nint main() { return 0; }\n"
+
+
+def test_dynamic_parallelism_across_files_needs_dlto_and_says_so(tmp_path):
+    (tmp_path / "parent.cu").write_text(PARENT)
+    (tmp_path / "child.cu").write_text(CHILD)
+    for src in ("parent", "child"):
+        nvcc("-arch=sm_90", "-dc", f"{src}.cu", "-o", f"{src}.o", cwd=tmp_path)
+    p = nvcc("-arch=sm_90", "parent.o", "child.o", "-o", "app", cwd=tmp_path, check=False)
+    assert p.returncode != 0 and "-dlto" in p.stderr and "dynamic parallelism" in p.stderr
+    for src in ("parent", "child"):  # device code as bitcode, linked as one module (libcudadevrt included)
+        nvcc("-arch=sm_90", "-dc", "-dlto", f"{src}.cu", "-o", f"{src}.o", cwd=tmp_path)
+    nvcc("-arch=sm_90", "parent.o", "child.o", "-o", "app", cwd=tmp_path)
+    ir = subprocess.run([sys.executable, "-m", "mneme.cli", "ir", "app"], cwd=tmp_path, capture_output=True,
+                        text=True, check=True).stdout
+    assert "_Z6parentPi" in ir and "_Z5childPi" in ir

@@ -29,7 +29,7 @@ def test_top_level_help_says_what_mneme_is_for_with_examples(capsys):
     assert not [w for w in INTERNAL if w in out]
 
 
-@pytest.mark.parametrize("command", sorted(set(cli.COMMANDS) - {"cc"}))
+@pytest.mark.parametrize("command", sorted(set(cli.COMMANDS) - {"cc", "nvcc"}))
 def test_each_command_help_has_purpose_and_example(command, capsys):
     with pytest.raises(SystemExit):
         cli.main([command, "--help"])
@@ -44,6 +44,13 @@ def test_cc_help_describes_mneme_additions_before_clang():
     assert p.returncode == 0, p.stderr
     ours, clang = p.stdout.find("embedded"), p.stdout.find("OVERVIEW: clang")
     assert 0 <= ours < clang, p.stdout[:400]
+
+
+def test_nvcc_help_describes_mneme_additions_with_an_example():
+    p = _run("-m", "mneme.cli", "nvcc", "--help")
+    assert p.returncode == 0, p.stderr
+    ours, theirs = p.stdout.find("What mneme adds"), p.stdout.find("nvcc's options it takes")
+    assert 0 <= ours < theirs and "example:" in p.stdout, p.stdout[:400]
 
 
 def test_hydra_app_help_lists_every_experiment():

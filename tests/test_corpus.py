@@ -183,7 +183,8 @@ def test_gpu_chain_runs_its_stages_under_one_budget(tmp_path):
                         str(tmp_path / "pack"), "--work", str(tmp_path / "w"), "--out", str(tmp_path / "r"),
                         "--budget", "18"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    first, second = (stage.read_result(f) for f in sorted((tmp_path / "r").glob("plain-*.json")))
+    results = {f.name: stage.read_result(f) for f in (tmp_path / "r").glob("plain-*.json")}
+    first, second = results["plain-pack.json"], results["plain-pack-2.json"]  # both named by the pack
     assert set(first["apps"]) == {"good", "slow"} and first["remaining"] == []
     assert second["stopped"] == "budget" and "--apps" in p.stdout  # 3 s gone, under 15 s left: nothing started
 

@@ -11,9 +11,11 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from mlflow import MlflowClient
 
 from mnemetest import read_artifact
@@ -186,3 +188,17 @@ def test_an_interrupted_sweep_leaves_no_running_run_and_resumes(tmp_path):
     study, trials = study_trials(tmp_path)
     assert len(counted(trials)) == done + 2
     assert study.user_attrs["mneme.mlflow_run_id"] == parent.info.run_id
+
+
+def test_sweep_ends_on_its_summary_and_results_path_with_overrides_in_the_job_logs(swept):
+    cwd, p = swept
+    tail = p.stdout.strip().splitlines()[-3:]
+    results = next(line for line in tail if line.startswith("results: "))
+    out = Path(results.split()[1])
+    assert (out / "summary.txt").is_file() and (out / "best.sh").is_file()
+    hydra_file = Path(next(line for line in tail if line.startswith("Hydra: ")).split()[1])
+    doc = yaml.safe_load(hydra_file.read_text())
+    assert doc["best_params"]["replay.block.x"] > 0 and doc["results"] == str(out)
+    assert "#0 :" not in p.stdout + p.stderr  # no per-job override dumps
+    logs = sorted(cwd.glob("multirun/sweep/*/*/mneme.log"))
+    assert logs and "overrides: " in logs[0].read_text() and "codegen_opt=" in logs[0].read_text()

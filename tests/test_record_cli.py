@@ -63,9 +63,10 @@ def test_record_settings_map_onto_the_recorder_environment(tmp_path):
     assert env["MNEME_VA_BYTES"] == str(8 * GIB) and env["MNEME_VA_BASE"] == "0x200000000000"
     assert env["MNEME_EPILOGUE_FORMAT"] == "best" and env["MNEME_RECORD_RANKS"] == "0,2"
     assert env["MNEME_KERNEL_TABLE"] == str(tmp_path / "k.tsv")
-    assert (env["MNEME_RETIME"], env["MNEME_RETIME_BUDGET_MS"]) == ("10", "1000"), "10 reruns or 1 s, whichever first"
-    s.retime_budget_s = 0.25
-    assert recorder_env(s, Path("/x.so"), tmp_path, None)["MNEME_RETIME_BUDGET_MS"] == "250"
+    assert (env["MNEME_RETIME"], env["MNEME_RETIME_BUDGET_US"]) == ("10", "1000000"), "10 reruns or 1 s, whichever first"
+    for seconds, us in ((0.25, "250000"), (1e-9, "1"), (0, "0")):  # a tiny budget is not "no bound"
+        s.retime_budget_s = seconds
+        assert recorder_env(s, Path("/x.so"), tmp_path, None)["MNEME_RETIME_BUDGET_US"] == us
     s.retime_budget_s = -1
     from mneme.errors import RecordError
 

@@ -330,6 +330,8 @@ def test_postprocess_writes_a_db_that_reads_back(app, index, tmp_path):
     assert db.vaddr == BASE and db.va_size == 4 << 30 and db.replayable and db.complete
     assert db.provenance["gpu"] == "NVIDIA H200" and db.provenance["sm"] == "sm_90"
     assert db.provenance["runs"][0]["host"] == "testhost"
+    build = db.extra["BuildSettings"]  # how the app's build compiled the kernel (mneme cc -O2)
+    assert build["compiler"] == "cc" and build["opt_level"] == "2" and build["prec_div"] is True
 
     (ir,) = db.llvm_files
     from mneme.ir.module import module_kernels, parse_module

@@ -60,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--per-call", type=int, default=4, help="plan: apps per device call (default 4)")
     g = ap.add_argument_group("GPU stages")
     g.add_argument("--stages", default="record,replay,tune", help="gpu: the stages to chain (default record,replay,tune)")
-    g.add_argument("--pack", type=Path, default=build.PACK, help="the carried pack (default .corpus/pack)")
+    g.add_argument("--pack", type=Path, default=build.PACK,
+                   help="the pack: pack writes it, the GPU stages read it (default .corpus/pack)")
     g.add_argument("--work", type=Path, default=gpu.WORK, help="record DBs and runs (default .corpus/work)")
     g.add_argument("--app-timeout", type=float, default=300.0, help="seconds one plain run may take")
     g.add_argument("--max-recordings", type=int, default=3, help="record: instances per kernel (default 3)")
@@ -134,9 +135,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _finish(args, {**res, "_path": path})
         built = build.built_apps([stage.read_result(f) for f in sorted(args.out.glob("build*.json"))])
         if args.stage == "pack":
-            m = build.pack(selected, built, max_mib=args.max_mib)
-            print(f"corpus pack: {len(m['apps'])} app(s), {m['bytes'] / 2 ** 20:.1f} MiB in {build.PACK} "
-                  f"(carry '.corpus/pack' with '.bundle'); not built: {', '.join(m['not_built']) or 'none'}")
+            m = build.pack(selected, built, out=args.pack, max_mib=args.max_mib)
+            print(f"corpus pack: {len(m['apps'])} app(s), {m['bytes'] / 2 ** 20:.1f} MiB in {args.pack} "
+                  f"(carry it with '.bundle'); not built: {', '.join(m['not_built']) or 'none'}")
             return 0
         if args.stage == "plan":
             return plan(selected, built, args.max_mib, args.per_call)
@@ -172,6 +173,8 @@ def chain(args) -> int:
     if bad:
         raise corpus_apps.CorpusError(f"--stages: not a GPU stage: {', '.join(bad)} (choose from {', '.join(GPU_STAGES)})")
     budget = stage.Budget(args.budget or GPU_BUDGET_S)
+    args.stage = stages[0]
+    args.tag = _tag(args)  # every stage's file carries the same suffix
     for st in stages:
         args.stage = st
         res = run_gpu_stage(args, budget)
@@ -182,8 +185,17 @@ def chain(args) -> int:
     return 0
 
 
+def _own_pack(args) -> bool:
+    return args.stage in GPU_STAGES and Path(args.pack).resolve() != build.PACK.resolve()
+
+
 def _tag(args) -> str:
-    return args.tag or (args.apps.replace(",", "+")[:60] if args.apps else "all")
+    """The result file's suffix: --tag, else the apps, else the pack's name, else 'all'."""
+    if args.tag:
+        return args.tag
+    if args.apps:
+        return args.apps.replace(",", "+")[:60]
+    return Path(args.pack).name if _own_pack(args) else "all"
 
 
 def _settings(args) -> Dict[str, Any]:
@@ -196,7 +208,7 @@ def _settings(args) -> Dict[str, Any]:
 def _finish(args, res: Dict[str, Any]) -> int:
     path = res.pop("_path", None) or stage.write_result(res, args.out, _tag(args))
     print(f"corpus {args.stage}: result in {path}")
-    print(stage.remaining_line(res, SCRIPT))
+    print(stage.remaining_line(res, SCRIPT, f" --pack {args.pack}" if _own_pack(args) else ""))
     return 0
 
 
@@ -207,14 +219,14 @@ def plan(selected, built: Dict[str, Dict[str, Any]], max_mib: float, per_call: i
     groups = build.plan_groups(sizes, max_mib * 2 ** 20, per_call)
     print(f"corpus plan: {len(sizes)} built app(s) in {len(groups)} group(s) of <= {max_mib} MiB and <= {per_call} apps"
           f"; not built: {', '.join(a.name for a in selected if a.name not in built) or 'none'}")
-    carry = '[".bundle", ".corpus/pack"]'
     for i, g in enumerate(groups, 1):
         mib = sum(sizes[n] for n in g) / 2 ** 20
-        apps = ",".join(g)
+        apps, pk = ",".join(g), f".corpus/pack{i}"
+        carry = f'[".bundle", "{pk}"]'
         print(f"group {i} ({mib:.1f} MiB):")
-        print(f"  here:  {SCRIPT} pack --apps {apps}")
-        print(f'  GPU:   run(command="{SCRIPT} gpu --apps {apps}", carry={carry}, timeout_s=600)')
-        print(f'  GPU:   run(command="{SCRIPT} ncu --apps {apps}", carry={carry}, timeout_s=600)')
+        print(f"  here:  {SCRIPT} pack --apps {apps} --pack {pk}")
+        print(f'  GPU:   run(command="{SCRIPT} gpu --pack {pk}", carry={carry}, timeout_s=600)')
+        print(f'  GPU:   run(command="{SCRIPT} ncu --pack {pk}", carry={carry}, timeout_s=600)')
     print(f"then here: {SCRIPT} merge FILES_AT/*.json   (each call's files; a stage that stopped early prints its "
           f"--apps to continue with)")
     return 0

@@ -223,8 +223,14 @@ def ensure_recorded(app: App, budget: stage.Budget, ctx: Ctx) -> Tuple[List[Dict
 
 # ---- replay --------------------------------------------------------------------------------------
 
+#: baseline replays that learn which bytes vary between identical runs (float atomics, work queues,
+#: scratch) before the instance is verified (docs/VERIFY.md)
+VERIFY_RUNS = 3
+
+
 def replay_argv(db: Path, rid: str, out_json: Path, iterations: int = 10) -> List[str]:
-    return mneme("replay", "-rdb", str(db), "-rid", rid, "--iterations", str(iterations), "--json", str(out_json))
+    return mneme("replay", "-rdb", str(db), "-rid", rid, "--iterations", str(iterations), "--json", str(out_json),
+                 "--verify-runs", str(VERIFY_RUNS))
 
 
 def parse_replay(doc: Dict[str, Any], in_app_ns: Optional[float]) -> Dict[str, Any]:

@@ -72,7 +72,7 @@ def render(doc: Dict[str, Any]) -> str:
     compilers = sorted({a["compiler"] for a in doc["apps"] if a.get("compiler")})
     lines = [HEADER, f"GPU: {doc.get('gpu') or '-'}, driver {doc.get('driver') or '-'}. "
              f"Compiler ($NVCC): {'; '.join(compilers) or '-'}.", "",
-             "```", doc.get("summary", ""), "```", "", "## Programs", "",
+             "```text", doc.get("summary", ""), "```", "", "## Programs", "",
              "| app | built | plain | recorded | recorded ok | kernels rec / replayable / verified | "
              "record overhead | fidelity (median, n) | fidelity_ncu | tune verified | best speedup | stages |",
              "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]

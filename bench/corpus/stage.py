@@ -158,16 +158,16 @@ def run_stage(stage: str, apps: Sequence[App], fn: AppFn, budget: Budget, *, min
 
 
 def brief(row: Mapping[str, Any]) -> str:
-    keys = [k for k in row if k not in ("kernels", "output", "log")]
+    keys = [k for k in row if k not in ("kernels", "output", "log") and not k.endswith("_log")]
     return ", ".join(f"{k}={row[k]}" for k in keys[:8] if not isinstance(row[k], (dict, list)))
 
 
-def remaining_line(result: Mapping[str, Any], script: str = "bash scripts/corpus.sh") -> str:
+def remaining_line(result: Mapping[str, Any], script: str = "bash scripts/corpus.sh", extra: str = "") -> str:
     if not result.get("remaining"):
         return f"corpus {result['stage']}: done, {len(result['apps'])} app(s) in {result.get('wall_s', 0):.0f} s"
     rest = ",".join(result["remaining"])
     return (f"corpus {result['stage']}: stopped by the time budget after {len(result['apps'])} app(s); "
-            f"remaining: {rest} -- continue with: {script} {result['stage']} --apps {rest}")
+            f"remaining: {rest} -- continue with: {script} {result['stage']} --apps {rest}{extra}")
 
 
 def result_path(out_dir: Path, stage: str, tag: str = "") -> Path:

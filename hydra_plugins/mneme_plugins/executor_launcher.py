@@ -116,16 +116,28 @@ class ExecutorLauncher(Launcher):
                     continue  # the job itself reports it, with Hydra's usual error handling
                 executor, cache_dir = self.executor_for(cfg, target, settings)
                 futures[idx] = (executor.submit(config), cache_dir)
-            log.info(f"Launching {len(jobs)} jobs on the AsyncReplayExecutor")
+            # one progress line instead of a line of overrides per job: each job's full overrides are in its
+            # directory (.hydra/overrides.yaml) and in its log (mneme.log there)
+            from tqdm import tqdm
+
             runs = []
-            for idx, overrides, cfg in jobs:
-                log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-                ready = futures.get(idx)
-                with app.prepared(idx, *ready) if ready else contextlib.nullcontext():
-                    ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=cfg,
-                                  job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
-                runs.append(ret)
-                configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            bar = tqdm(total=len(jobs), desc=f"jobs {jobs[0][0]}-{jobs[-1][0]}" if jobs else "jobs", unit="job",
+                       dynamic_ncols=True, leave=False, disable=None)
+            try:
+                for idx, overrides, cfg in jobs:
+                    log.debug(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+                    ready = futures.get(idx)
+                    with app.prepared(idx, *ready) if ready else contextlib.nullcontext():
+                        ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=cfg,
+                                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+                    runs.append(ret)
+                    configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+                    bar.update(1)
+                    line = getattr(ret, "_return_value", None)
+                    if isinstance(line, dict) and line.get("line"):
+                        bar.set_postfix_str(line["line"][:90], refresh=False)
+            finally:
+                bar.close()
             return runs
         except BaseException:
             self.shutdown(cancel=True)

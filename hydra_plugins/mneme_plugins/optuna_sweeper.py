@@ -292,8 +292,11 @@ class StudyRun:
             "space": self.space.fingerprint(),
             "objective": st.fingerprint_of(self.objective.describe()),
         }
-        self.study, self.resumed = st.open_study(storage, self.name, self.objective.directions, self.sampler,
-                                                 fingerprints, self.opts.resume)
+        try:
+            self.study, self.resumed = st.open_study(storage, self.name, self.objective.directions, self.sampler,
+                                                     fingerprints, self.opts.resume)
+        except ConfigurationError as e:
+            raise ConfigurationError(hydra_terms(str(e))) from None
         if not self.resumed:
             rec = self.target.record
             for k, v in {
@@ -491,9 +494,47 @@ class StudyRun:
         from mneme.tune.report import write_results
 
         try:
-            write_results(self.study, str(self.out_dir))
+            summary = write_results(self.study, str(self.out_dir))
         except Exception as e:  # noqa: BLE001 - the study is the record; a report problem must not hide the sweep's end
             log.warning(f"could not write the results directory {self.out_dir}: {e}")
+            return
+        hydra_file = self._optimization_results(summary)
+        # the sweep ends on its result, as `mneme tune` does, not on the last job's line
+        print(f"\n{summary.get('text', '').rstrip()}\nresults: {self.out_dir}  (summary.txt, best.md, best.sh)"
+              + (f"\nHydra: {hydra_file}" if hydra_file else ""), flush=True)
+
+    def _optimization_results(self, summary: Dict[str, Any]) -> Optional[Path]:
+        """Hydra's optimization_results.yaml (as its Optuna sweeper writes it) in the sweep directory."""
+        best = (summary or {}).get("best") or {}
+        if not best:
+            return None
+        from omegaconf import OmegaConf
+
+        config = (best.get("config") if isinstance(best.get("config"), dict) else None) or {}
+        flat = {f"replay.{k}": v for k, v in _flatten(config).items()}
+        doc = {"name": "mneme_optuna", "best_params": flat, "best_value": best.get("metric_ns"),
+               "best_speedup": best.get("speedup"), "results": str(self.out_dir)}
+        path = self.out_dir.parent.parent / "optimization_results.yaml"
+        OmegaConf.save(OmegaConf.create(doc), path)
+        return path
+
+
+def _flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def hydra_terms(message: str) -> str:
+    """`mneme tune`'s flags in a message, as the Hydra keys that mean the same (study.resume=true, study.name=)."""
+    import re
+
+    message = message.replace("--resume", "study.resume=true")
+    return re.sub(r"--study(?: NAME)?", "study.name=NAME", message)
 
 
 def replay_value(config: ExperimentConfiguration, key: str) -> Any:

@@ -3,7 +3,7 @@
     mneme export [--sweep RUN_ID | --study NAME] [--tracking-uri URI] [--experiment NAME] [--rule exact|scaled] -o W
 
 The sweep is the parent run `mneme tune` (or a Hydra sweep) made (tag mneme.role = sweep). Its best child is,
-for a timed sweep, the verified trial with the lowest median time (metrics.exec_time_median_ns), for a
+for a timed sweep, the verified trial with the lowest time by the sweep's metric (metrics.exec_time_median_ns), for a
 compile-only sweep the compiled trial with the lowest value of the objective (registers or size). The
 configuration is read back from the run's replay.* parameters; its kernel.cubin artifact, when the run
 has one, is stored next to the wisdom file.
@@ -58,7 +58,8 @@ def best_child(client, sweep):
     if objective in COMPILE_ORDER:
         flt, order = base + " and tags.`mneme.status` = 'compiled'", [f"{COMPILE_ORDER[objective]} ASC"]
     else:
-        flt, order = base + " and tags.`mneme.status` = 'verified'", ["metrics.exec_time_median_ns ASC"]
+        metric = sweep.data.params.get("metric") or "median"  # the sweep's own statistic (median, mean, min)
+        flt, order = base + " and tags.`mneme.status` = 'verified'", [f"metrics.exec_time_{metric}_ns ASC"]
     runs = client.search_runs([sweep.info.experiment_id], filter_string=flt, order_by=order + ["attributes.start_time ASC"],
                               max_results=1)
     if not runs:

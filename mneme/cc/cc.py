@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from mneme.cc import cmdline
 from mneme.cc.cmdline import Invocation, Source
@@ -264,6 +264,21 @@ clang's own options follow.
 """
 
 
+def run_reporting(prog: str, body: Callable[[], int]) -> int:
+    """Runs a compiler driver's `body`; errors become one `<prog>: error: ...` line and an exit code
+    (the failing step's, 2 for a configuration error, 130 when interrupted)."""
+    try:
+        return body()
+    except BuildError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return e.returncode or 1
+    except MnemeError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("--help", "-help", "-h"):
@@ -273,7 +288,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         except MnemeError as e:
             print(f"{PROG}: clang's help unavailable: {e}", file=sys.stderr)
             return 0
-    try:
+
+    def body() -> int:
         inv = cmdline.parse(argv)
         verbose = inv.verbose or os.environ.get("MNEME_CC_VERBOSE", "") not in ("", "0")
         if inv.mode == "info":  # --version, -print-*, -dumpmachine: clang answers
@@ -286,14 +302,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             driver.link()
         return 0
-    except BuildError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return e.returncode or 1
-    except MnemeError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+
+    return run_reporting(PROG, body)
 
 
 def console_main() -> None:

@@ -20,10 +20,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import List, Sequence
 
-from mneme.cc.embedded import archive_members
+from mneme.cc import cmdline
+from mneme.cc.cc import BuildError, Driver
+from mneme.cc.embedded import archive_members, archive_rdc_sections
+from mneme.cc.toolchain import find_ld
 from mneme.errors import ConfigurationError
 
 OFFLOAD_SECTION = ".llvm.offloading"
@@ -60,7 +64,11 @@ def device_inputs(objs: Sequence[str], tmp: str) -> List[str]:
 
 
 def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
-    """Write the device-link object of `objs` to `out`; False (and an empty object) without RDC code."""
+    """Write the device-link object of `objs` to `out`; False (and an empty object) without RDC code.
+
+    The object also carries the embedded IR of the RDC members of the archives among `objs`: the host
+    linker takes a member only for a host symbol, but its device code may be linked for a device
+    function alone (mneme.cc.embedded.archive_rdc_sections); the device-link object is always linked."""
     tc = driver.tc
     inputs = device_inputs(objs, tmp)
     if not inputs:
@@ -68,6 +76,7 @@ def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
         Path(asm).write_text('\t.section .note.GNU-stack,"",@progbits\n')
         driver.run([tc.clang_c, "-c", "-x", "assembler", asm, "-o", out], f"{out}: device link (no device code)")
         return False
+    ir_sections = b"".join(sec for a in objs if a.endswith(".a") and os.path.isfile(a) for sec in archive_rdc_sections(a))
     objcopy = _llvm_tool(tc.clang, "llvm-objcopy")
     dev = []
     for n, obj in enumerate(inputs):
@@ -77,9 +86,25 @@ def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
         dev.append(d)
     raw = out + ".mneme-tmp"
     nvlink = [a for x in driver.cmd.nvlink for a in ("-Xoffload-linker", x)]
+    devrt = tc.cuda / "lib64" / "libcudadevrt.a"
+    if driver.cmd.cudadevrt == "static" and devrt.exists():  # nvcc's default: device runtime (dynamic parallelism)
+        nvlink += ["-Xoffload-linker", f"-L{devrt.parent}", "-Xoffload-linker", "-lcudadevrt"]
     arch = [f"--cuda-gpu-arch={a}" for a in driver.tr.archs]
-    driver.run([tc.clang, "--offload-link", "-r", f"--cuda-path={tc.cuda}", "-Wno-unused-command-line-argument"]
-               + arch + nvlink + dev + ["-o", raw], f"{out}: device link")
+    # -O: the optimization of -dlto bitcode at the device link (nvcc's device default, -O3)
+    opt = "-O0" if driver.cmd.device_debug or driver.cmd.dopt is False else "-O3"
+    argv = [tc.clang, "--offload-link", "-r", opt, f"--cuda-path={tc.cuda}", "-Wno-unused-command-line-argument"]
+    argv += arch + nvlink + dev + ["-o", raw]
+    driver.show(argv)
+    if not driver.cmd.dryrun:
+        p = subprocess.run(argv, env=driver.env, capture_output=True, text=True)
+        sys.stderr.write(p.stdout + p.stderr)
+        if p.returncode != 0:
+            hint = ""
+            if "not declared __global__ in all source files" in p.stdout + p.stderr:
+                hint = (": a kernel launches a __global__ function of another translation unit (dynamic "
+                        "parallelism across files), which clang-22 declares as a device function; build with "
+                        "-dlto (or MNEME_NVCC_DLTO=1) so that the device link sees one module")
+            raise BuildError(f"{out}: device link failed (exit {p.returncode}){hint}", p.returncode)
     if driver.cmd.dryrun:
         return True
     try:
@@ -89,8 +114,15 @@ def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
         for s in suffixes:
             for edge in ("start", "stop"):
                 redefine += ["--redefine-sym", f"__{edge}_llvm_offload_entries{s}=__{edge}_llvm_offload_entries"]
-        driver.run([objcopy] + redefine + [raw, out], f"{out}: device link (entry symbols)")
+        if ir_sections:
+            fixed = raw + ".entries"
+            driver.run([objcopy] + redefine + [raw, fixed], f"{out}: device link (entry symbols)")
+            ir_obj = Driver(cmdline.parse(["-o", out]), tc, False).section_object(ir_sections, tmp, "archive device IR")
+            driver.run([find_ld(), "-r", fixed, ir_obj, "-o", out], f"{out}: device link (archive device IR)")
+        else:
+            driver.run([objcopy] + redefine + [raw, out], f"{out}: device link (entry symbols)")
     finally:
-        if os.path.exists(raw):
-            os.remove(raw)
+        for leftover in (raw, raw + ".entries"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
     return True

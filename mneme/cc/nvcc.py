@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,11 +19,11 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from mneme.cc import cmdline
-from mneme.cc.cc import BuildError, Driver, _static_archives
+from mneme.cc.cc import BuildError, Driver, _static_archives, run_reporting
 from mneme.cc.nvccflags import Input, NvccCommand, parse
 from mneme.cc.nvcctrans import Translation, cuda_version_banner
-from mneme.cc.toolchain import Toolchain, find_clang, find_ld
-from mneme.errors import ConfigurationError, MnemeError
+from mneme.cc.toolchain import Toolchain
+from mneme.errors import ConfigurationError
 
 PROG = "mneme nvcc"
 
@@ -106,9 +105,31 @@ class NvccDriver:
             if src.lang != "cuda":
                 raise ConfigurationError(f"-{kind} {src.path}: only .cu sources have device code")
             out = self.object_name(src, suffix)
-            args = self.tr.cuda_args(archs=self.tr.archs[:1]) + ["--cuda-device-only", "-S" if kind == "ptx" else "-c"]
-            self.run([self.tc.clang] + self.tc.cuda_flags(self.tr.archs[:1]) + args + [src.path, "-o", out],
-                     f"{src.path}: -{kind}")
+            argv = self.tc_cmd(self.tr.archs[:1]) + ["--cuda-device-only", "-S" if kind == "ptx" else "-c"]
+            self.run(argv + [src.path, "-o", out], f"{src.path}: -{kind}")
+
+    def fatbin_phase(self) -> None:
+        """-fatbin: a cubin and the PTX of every architecture, packed by CUDA's fatbinary."""
+        fatbinary = self.tc.cuda / "bin" / "fatbinary"
+        if not fatbinary.exists():
+            raise ConfigurationError(f"-fatbin needs {fatbinary} (CUDA's fatbinary), which this CUDA root lacks")
+        for src in self.cmd.inputs:
+            if src.lang != "cuda":
+                raise ConfigurationError(f"-fatbin {src.path}: only .cu sources have device code")
+            with tempfile.TemporaryDirectory(prefix="mneme-nvcc-") as tmp:
+                images = []
+                for arch in self.tr.archs:
+                    base = self.tc_cmd([arch]) + ["--cuda-device-only", src.path]
+                    cubin, ptx = os.path.join(tmp, f"{arch}.cubin"), os.path.join(tmp, f"{arch}.ptx")
+                    self.run(base + ["-c", "-o", cubin], f"{src.path}: {arch} cubin")
+                    self.run(base + ["-S", "-o", ptx], f"{src.path}: {arch} PTX")
+                    sm = arch[3:]
+                    images += [f"--image3=kind=elf,sm={sm},file={cubin}", f"--image3=kind=ptx,sm={sm},file={ptx}"]
+                self.run([str(fatbinary), f"--create={self.object_name(src, '.fatbin')}", "-64"] + images,
+                         f"{src.path}: fatbinary")
+
+    def tc_cmd(self, archs) -> List[str]:
+        return [self.tc.clang] + self.tc.cuda_flags(archs) + self.tr.cuda_args(archs=archs)
 
     def preprocess_phase(self) -> None:
         out = ["-o", self.cmd.output] if self.cmd.output else []
@@ -164,10 +185,7 @@ class NvccDriver:
             # archives named with -l take part in the device link too (their members' device code)
             libs = [a for a in _static_archives(self.tr.link_args(objs)) if a not in objs]
             extra = [dl] if self.device_link(objs + libs, dl, tmp) else []
-            ir = []
-            if not self.cmd.dryrun:
-                ir = Driver(cmdline.parse(["-o", out]), self.tc, False).archive_ir(self.tr.link_args(objs), tmp)
-            argv = self.tr.host_linker() + self.tr.host_link_flags() + ["-Wl,--start-group"] + extra + objs + ir
+            argv = self.tr.host_linker() + self.tr.host_link_flags() + ["-Wl,--start-group"] + extra + objs
             argv += self.tr.link_args([]) + self.tr.runtime_libs() + ["-Wl,--end-group", "-o", out]
             self.run(argv, f"linking {out}")
 
@@ -184,7 +202,7 @@ class NvccDriver:
         elif phase in ("ptx", "cubin"):
             self.device_phase(phase)
         elif phase == "fatbin":
-            raise ConfigurationError("-fatbin: not supported by mneme nvcc yet (use -cubin per architecture)")
+            self.fatbin_phase()
         elif phase in ("E", "M", "MM"):
             self.preprocess_phase()
         elif phase == "lib":
@@ -195,28 +213,47 @@ class NvccDriver:
             self.link_phase()
 
 
+HELP = """usage: {prog} [nvcc options] files...
+
+Build CUDA code from nvcc's command line with clang-22, embedding each translation unit's device LLVM
+bitcode in the binary (what `mneme record` and `mneme replay` need); a drop-in for NVCC= in Makefiles
+and -DCMAKE_CUDA_COMPILER=mneme-nvcc in CMake projects.
+
+example:
+  {prog} -O3 -arch=sm_90 --use_fast_math -o app app.cu && mneme ir ./app
+
+What mneme adds or decides (docs/CC.md):
+  the device IR           embedded before LLVM optimization (section .mneme_ir), listed by `mneme ir`
+  build settings          -O, fast-math/ftz/prec-*/fmad, -maxrregcount, -Xptxas are stored with the IR
+  __NVCC__, __CUDACC_VER_MAJOR__/_MINOR__
+                          defined for user code as nvcc does, without breaking CUDA's own headers
+  unsupported targets     sm_60 and older: one line naming the supported ones and the override
+  flags it cannot honour  a clear error naming the flag; nothing is silently ignored
+
+nvcc's options it takes (nvcc's documentation is the reference):
+  -arch/-code/-gencode/--generate-code (compute_NN, sm_NN, lists, native, all), -c -o -E -M -MD -MMD -MT -MF,
+  -ptx -cubin -fatbin -lib -shared, -rdc/-dc/-dlink/-dw, -cudart static|shared|none, -x cu, -std, -O,
+  -g -G -lineinfo, --use_fast_math --ftz --prec-div --prec-sqrt --fmad, -maxrregcount,
+  -Xcompiler/--compiler-options, -Xptxas/--ptxas-options, -Xlinker/--linker-options, -Xnvlink, -ccbin, -m64,
+  --extended-lambda --expt-*, --default-stream, -t/--threads, -Werror, --diag-suppress, -Xcudafe,
+  --resource-usage, -keep, @file/--options-file, --version
+"""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def body() -> int:
         cmd = parse(argv)
         if cmd.phase == "version":
-            tc = Toolchain.locate()
-            print(cuda_version_banner(tc))
-            return 0
-        if cmd.phase == "help":
-            print(f"usage: {PROG} [nvcc options] files...  (see docs/CC.md; nvcc's options, built with clang-22)")
-            return 0
-        driver = NvccDriver(cmd, Toolchain.locate())
-        driver.main()
+            print(cuda_version_banner(Toolchain.locate()))
+        elif cmd.phase == "help":
+            print(HELP.format(prog=PROG))
+        else:
+            NvccDriver(cmd, Toolchain.locate()).main()
         return 0
-    except BuildError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return e.returncode or 1
-    except MnemeError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+
+    return run_reporting(PROG, body)
 
 
 def console_main() -> None:

@@ -29,7 +29,8 @@ _OPTIONS: Dict[str, Optional[str]] = {
     "compile": "c", "device-c": "dc", "device-w": "dw", "device-link": "dlink", "link": None, "lib": None,
     "ptx": None, "cubin": None, "fatbin": None, "preprocess": "E", "generate-dependencies": "M",
     "generate-nonsystem-dependencies": "MM", "generate-dependencies-with-compile": "MD",
-    "generate-nonsystem-dependencies-with-compile": "MMD", "run": None, "optix-ir": None, "lto": None,
+    "generate-nonsystem-dependencies-with-compile": "MMD", "run": None, "optix-ir": None,
+    "dlink-time-opt": "dlto",
     # files and paths
     "output-file": "o", "output-directory": "odir", "dependency-output": "MF", "dependency-target-name": "MT",
     "pre-include": "include", "library": "l", "define-macro": "D", "undefine-macro": "U", "include-path": "I",
@@ -79,7 +80,6 @@ _BOOL = {"true": True, "false": False}
 _REFUSED = {
     "run": "runs the program after building it; run it yourself",
     "optix-ir": "OptiX IR output needs NVIDIA's cicc",
-    "lto": "device link-time optimization (-dlto) needs NVIDIA's nvvm; drop it",
     "deviceemu": "device emulation was removed from CUDA years ago; drop it",
     "gpu-name": "is an obsolete spelling: use -arch=sm_NN",
     "list-gpu-code": "ask NVIDIA's nvcc",
@@ -142,6 +142,7 @@ class NvccCommand:
     default_stream: Optional[str] = None
     extended_lambda: bool = False
     relaxed_constexpr: bool = False
+    dlto: bool = False  #: -dlto: device code as LLVM bitcode, optimized and compiled at the device link
     accepted: List[str] = field(default_factory=list)  #: options accepted with no clang counterpart (shown by -v)
 
     @property
@@ -167,8 +168,13 @@ class NvccCommand:
             "fmad": self.fmad_on, "fast_math": self.fast_math, "maxrregcount": self.maxrregcount,
             "ptxas": list(self.ptxas), "device_debug": self.device_debug, "lineinfo": self.lineinfo,
             "opt_level": "0" if self.device_debug or self.dopt is False else "3", "host_opt_level": self.opt or "0",
-            "rdc": self.rdc,
+            "rdc": self.rdc, "dlto": self.dlto_on,
         }
+
+    @property
+    def dlto_on(self) -> bool:
+        """-dlto, or MNEME_NVCC_DLTO=1 for every relocatable compile and device link of a build."""
+        return self.dlto or os.environ.get("MNEME_NVCC_DLTO", "") not in ("", "0")
 
 
 def _read_options_file(path: str, what: str) -> List[str]:
@@ -380,6 +386,8 @@ def _apply(cmd: NvccCommand, name: str, value: Optional[str], written: str) -> N
         cmd.no_warnings = True
     elif name in ("extended-lambda", "expt-extended-lambda"):
         cmd.extended_lambda = True
+    elif name == "dlink-time-opt":
+        cmd.dlto = True
     elif name == "expt-relaxed-constexpr":
         cmd.relaxed_constexpr = True
     elif name == "Xcudafe":

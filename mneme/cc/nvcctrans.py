@@ -242,15 +242,17 @@ class Translation:
         f += c.pp + self.language() + self.device_flags() + self.host_side()
         if c.rdc or c.phase in ("dc", "dw"):
             f.append("-fgpu-rdc")
+            if c.dlto_on:
+                f.append("-foffload-lto")
         if c.default_stream == "per-thread":
             f.append("-fgpu-default-stream=per-thread")
-        if c.werror:
-            f.append("-Werror")
-        if c.no_warnings:
-            f.append("-w")
-        if c.phase not in ("E", "M", "MM"):
-            f += c.deps
-        return f + ["-x", "cuda"]
+        return f + self.warnings_and_deps() + ["-x", "cuda"]
+
+    def warnings_and_deps(self) -> List[str]:
+        """-Werror/-w, and the dependency-file flags of a compile (not of -E/-M, which print them)."""
+        c = self.cmd
+        f = (["-Werror"] if c.werror else []) + (["-w"] if c.no_warnings else [])
+        return f + (c.deps if c.phase not in ("E", "M", "MM") else [])
 
     def check_openmp_source(self, src: Input) -> None:
         if self.openmp and src.lang == "cuda" and not self.libomp():
@@ -279,13 +281,7 @@ class Translation:
         f += [h for h in c.host if not h.startswith("-Wl,")]
         if c.shared and "-fPIC" not in c.host:
             f.append("-fPIC")
-        if c.werror:
-            f.append("-Werror")
-        if c.no_warnings:
-            f.append("-w")
-        if c.phase not in ("E", "M", "MM"):
-            f += c.deps
-        return f + ["-x", "c" if src.lang == "c" else "c++"]
+        return f + self.warnings_and_deps() + ["-x", "c" if src.lang == "c" else "c++"]
 
     # ---- links ------------------------------------------------------------------------------------
     def host_linker(self) -> List[str]:

@@ -41,6 +41,8 @@ class KernelIR:
     variables: List[str]
     uses_textures: bool
     param_sizes: List[int] = field(default_factory=list)
+    #: how the app's build compiled the kernel's module (mneme.cc.embedded.build_settings)
+    build: Dict[str, object] = field(default_factory=dict)
 
 
 def uses_textures(ir_text: str) -> bool:
@@ -135,6 +137,7 @@ class IRIndex:
         if kernel in self._closures:
             return self._closures[kernel]
         from mneme.ir import arg_names, extract_kernel_closure, kernel_params, module_globals, undefined_symbols
+        from mneme.cc.embedded import build_settings
         from mneme.ir.module import demangle, new_context, parse_module
         from mneme.record.hashing import static_hash
 
@@ -167,6 +170,7 @@ class IRIndex:
             variables=[g.name for g in module_globals(mod)],
             uses_textures=uses_textures(str(mod)),
             param_sizes=[p.size for p in params],
+            build=build_settings(self.modules[self.defined_in[kernel][0]]),
         )
         self._closures[kernel] = info
         return info

@@ -84,35 +84,33 @@ def check_driver() -> None:
         ) from None
 
 
-def find_native_lib(lib_name: str, source: str, env_var: str, error=RecordError, build: bool = True) -> Path:
-    """An LD_PRELOAD library of mneme: $`env_var`, else mneme/lib/`lib_name`, built from native/`source` with
-    make when the package runs from a source checkout (make is a no-op when it is up to date)."""
-    env = os.environ.get(env_var)
+def _recorder_sources() -> Path:
+    return Path(mneme.__file__).resolve().parent.parent / "native" / "recorder"
+
+
+def find_librecord(build: bool = True) -> Path:
+    """librecord.so: $MNEME_LIBRECORD, else mneme/lib/librecord.so (built from native/recorder when the
+    package runs from a source checkout)."""
+    env = os.environ.get("MNEME_LIBRECORD")
     if env:
         p = Path(env)
         if not p.is_file():
-            raise error(f"{env_var}={env}: no such file")
+            raise RecordError(f"MNEME_LIBRECORD={env}: no such file")
         return p.resolve()
-    lib = Path(mneme.__file__).resolve().parent / "lib" / lib_name
-    src = Path(mneme.__file__).resolve().parent.parent / "native" / source
+    lib = Path(mneme.__file__).resolve().parent / "lib" / LIB_NAME
+    src = _recorder_sources()
     if build and (src / "Makefile").is_file():
         try:
             r = subprocess.run(["make", "-s", "-C", str(src), f"OUT={lib.parent}"], capture_output=True, text=True)
         except OSError as e:
             r = None
             if not lib.is_file():
-                raise error(f"cannot build {lib}: make is not available ({e}); run `make native`") from None
+                raise RecordError(f"cannot build {lib}: make is not available ({e}); run `make native`") from None
         if r is not None and r.returncode != 0:
-            raise error(f"building {lib} failed (make -C {src}):\n{(r.stdout + r.stderr)[-3000:]}")
+            raise RecordError(f"building {lib} failed (make -C {src}):\n{(r.stdout + r.stderr)[-3000:]}")
     if not lib.is_file():
-        raise error(f"{lib} is missing: build it with `make native` (or `make -C native/{source}`)")
+        raise RecordError(f"{lib} is missing: build it with `make native` (or `make -C native/recorder`)")
     return lib
-
-
-def find_librecord(build: bool = True) -> Path:
-    """librecord.so: $MNEME_LIBRECORD, else mneme/lib/librecord.so (built from native/recorder when the
-    package runs from a source checkout)."""
-    return find_native_lib(LIB_NAME, "recorder", "MNEME_LIBRECORD", RecordError, build)
 
 
 def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Optional[Path],
@@ -131,7 +129,8 @@ def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Opti
     env["MNEME_HOST_BYTES"] = str(int(settings.pinned_size_gib * GIB))
     env["MNEME_EPILOGUE_FORMAT"] = settings.epilogue_format
     env["MNEME_RETIME"] = str(settings.retime)
-    env["MNEME_RETIME_BUDGET_MS"] = str(int(round(settings.retime_budget_s * 1000)))
+    budget = settings.retime_budget_s
+    env["MNEME_RETIME_BUDGET_US"] = str(max(1, int(round(budget * 1e6))) if budget > 0 else 0)
     if settings.kernels:
         env["MNEME_KERNELS"] = settings.kernels
     else:

@@ -187,21 +187,64 @@ def run(cfg: Any) -> Dict[str, Any]:
     baseline_ns = cfg.tracking.baseline_ns
     if role == "baseline" and baseline_ns is None:
         baseline_ns = metric_ns(result.exec_time, cfg.study.metric) if succeeded(result, False) else None
+    derived = derived_metrics(cfg, tgt, result)
     keep = bool(cfg.tracking.artifacts)
     common = dict(
         config=config, settings=settings, result=result, baseline_ns=baseline_ns, kernel=tgt.kernel,
         static_hash=tgt.record.static_hash, dynamic_hash=tgt.instance.dynamic_hash,
         artifacts=kernel_artifacts(compiled) if keep else {}, compile_cache=cache_dir if keep else None,
         config_yaml=OmegaConf.to_yaml(cfg), tags={"mneme.mode": cfg.mode},
+        extra_metrics=derived,
     )
     if sweep is not None:
         sweep.trial(trial, key=key, role=role, name=name, params={"space": _space_name(cfg)}, **common)
     elif sess.enabled:
         sess.tracker.log_experiment({**common, "name": f"{cfg.name} {tgt.kernel}", "role": cfg.name},
                                     parent=sess.parent_run_id)
-    line = summary_line(tgt, config, result)
-    print(line, file=sys.stderr if multirun else sys.stdout, flush=True)
-    return {"status": result.status, "result": result.to_dict(), "config": config.to_dict()}
+    line = summary_line(tgt, config, result) + "".join(f", {k}={v:.4g}" for k, v in derived.items())
+    if multirun:  # the sweep shows one progress line; each job's line and full overrides go to its own log
+        _job_log(line)
+    else:
+        print(line, flush=True)
+    return {"status": result.status, "result": result.to_dict(), "config": config.to_dict(), "line": line}
+
+
+def _job_log(line: str) -> None:
+    """Append the job's result line and its full overrides to `mneme.log` in the job's directory."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+        out = Path(hc.runtime.output_dir)
+        overrides = " ".join(hc.overrides.task)
+    except (ImportError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "mneme.log", "a") as f:
+        f.write(f"overrides: {overrides}\n{line}\n")
+
+
+@functools.lru_cache(maxsize=64)
+def _scalar_args(db: str, record_id: str):
+    from mneme.tune.derived import scalar_args
+
+    return scalar_args(db, record_id)
+
+
+def derived_metrics(cfg: Any, tgt: "Target", result: ExperimentResult) -> Dict[str, float]:
+    """The config's `metrics` definitions evaluated on this job (ConfigurationError for a bad definition)."""
+    specs = list(cfg.get("metrics") or [])
+    if not specs:
+        return {}
+    from mneme.tune.derived import check, evaluate, parse_all
+    from mneme.tune.objective import metric_ns
+
+    defs = parse_all(specs)
+    args = _scalar_args(tgt.db, tgt.instance.dynamic_hash)
+    check(defs, args)
+    t = metric_ns(result.exec_time, cfg.study.metric) if result.exec_time else None
+    return evaluate(defs, args, t)
 
 
 def _space_name(cfg: Any) -> str:
@@ -220,9 +263,10 @@ def summary_line(tgt: Target, config: ExperimentConfiguration, result: Experimen
 
     stats = time_stats(result.exec_time)
     head = f"{tgt.kernel} [{config.hash()[:12]}] {result.status or ('failed' if result.failed else 'compiled')}"
-    parts = [f"block={config.block} grid={config.grid} passes={config.passes}"]
+    parts = [f"block={config.block} grid={config.grid} passes={config.passes} codegen_opt={config.codegen_opt}"
+             + (" specialize" if config.specialize else "") + (" launch_bounds" if config.set_launch_bounds else "")]
     if stats:
-        parts.append(f"median={stats['median']:.0f} ns")
+        parts.append(f"median={stats['median'] / 1000:.2f} µs")
     parts.append(f"regs={result.reg_usage} lmem={result.local_mem_usage} size={result.obj_size}")
     if result.error:
         parts.append(f"error: {result.error.splitlines()[0][:200]}")

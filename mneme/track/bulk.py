@@ -9,10 +9,14 @@ maker and its table models. The artifacts go straight into each run's artifact d
 artifact root's repository when it is not local), before the rows, so a reader never sees a run without
 its files.
 
-This leans on MLflow internals pinned in pyproject (mlflow==3.17.2): `SqlAlchemyStore.ManagedSessionMaker`,
-`mlflow.store.tracking.dbmodels.models`, the `mlflow.utils.validation` helpers and
-`SqlAlchemyStore.sanitize_metric_value`. `BulkRuns.open` returns None with the reason whenever one of
-them is missing or the store is not a SQL database, and the writer then keeps to MlflowClient.
+This leans on MLflow internals: `SqlAlchemyStore.ManagedSessionMaker`, `mlflow.store.tracking.dbmodels.models`,
+the `mlflow.utils.validation` helpers and `SqlAlchemyStore.sanitize_metric_value`, and on MLflow's table
+layout, which no release promises to keep. So it runs only on the MLflow releases it was verified against
+(VERIFIED_MLFLOW, where tests/test_track_bulk.py compares its rows with MlflowClient's); on any other
+release, on a store that is not a SQL database, or when one of the internals is missing, `BulkRuns.open`
+returns None with the reason and the writer keeps to MLflow's public API (MlflowClient.log_batch & co.),
+which pyproject's range of MLflow 3 releases supports. MNEME_TRACK_BULK=0 turns it off anywhere;
+MNEME_TRACK_BULK=force uses it on an unverified release (at your own risk).
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from mneme.locks import FileLock
 from mneme.track.records import FAILED, FINISHED, KILLED, RunRecord, artifact_bytes, latest, staged
+
+#: MLflow releases (major.minor) whose SQL tables the bulk path was verified against
+VERIFIED_MLFLOW = ("3.17",)
+
+
+def verified_release(version: str) -> bool:
+    return ".".join(version.split(".")[:2]) in VERIFIED_MLFLOW
+
 
 #: tags MLflow's create_run treats specially; a record carrying one goes through MlflowClient instead
 SPECIAL_TAGS = ("mlflow.runName",)
@@ -174,6 +186,12 @@ class BulkRuns:
     @classmethod
     def open(cls, client: Any, experiment_id: str) -> Tuple[Optional["BulkRuns"], str]:
         """(BulkRuns, 'bulk-sql') for a SQL store, else (None, why MlflowClient's own path is used)."""
+        import mlflow
+
+        forced = os.environ.get("MNEME_TRACK_BULK", "").strip().lower() == "force"
+        if not verified_release(mlflow.__version__) and not forced:
+            return None, (f"client (MLflow {mlflow.__version__}: the bulk path is verified on "
+                          f"{', '.join(VERIFIED_MLFLOW)} only; MNEME_TRACK_BULK=force to use it anyway)")
         try:
             from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 

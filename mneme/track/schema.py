@@ -149,6 +149,9 @@ class MnemeConf:
     study: StudyConf = field(default_factory=StudyConf)
     executor: ExecutorConf = field(default_factory=ExecutorConf)
     tracking: TrackingConf = field(default_factory=TrackingConf)
+    #: derived metrics over the kernel's scalar arguments and the median time, logged to MLflow and shown per job:
+    #: 'metrics=["gbps = 3 * n * 4 / time_s / 1e9"]' (mneme/tune/derived.py)
+    metrics: List[str] = field(default_factory=list)
 
 
 def register() -> None:

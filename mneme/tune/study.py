@@ -229,8 +229,10 @@ def fingerprint_of(obj: Any) -> str:
 def open_study(storage, name: str, directions: Sequence[str], sampler, fingerprints: Dict[str, str], resume: bool):
     """Create the study, or load it when resuming; refuse a resume whose record, space or objective changed."""
     optuna = _optuna()
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-    exists = name in names
+    summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    # a study whose start failed before its first trial (e.g. a bad setting) holds nothing: a rerun reuses it
+    exists = name in summaries and summaries[name].n_trials > 0
+    names = list(summaries)
     if resume and not exists:
         # --resume also means "join or start" for processes that share a study: say it, so a typo shows
         import sys

@@ -1,7 +1,8 @@
 /* libapply: the LD_PRELOAD library of `mneme apply` (docs/APPLY.md).
  *
  * Python (mneme/apply) decides everything and writes a manifest (mneme/apply/manifest.py documents the
- * format); this library reads it, intercepts kernel launches at the driver API (hook.c), and for a launch
+ * format); this library reads it, intercepts kernel launches at the driver API (hook.c on native/interpose),
+ * and for a launch
  * an entry matches runs the tuned cubin's kernel instead (launch.c). Every other launch is untouched. */
 #ifndef MNEME_APPLY_H
 #define MNEME_APPLY_H
@@ -72,16 +73,19 @@ int mna_entry_matches_buffer(const mna_entry *e, const uint32_t grid[3], const u
 int mna_test_match(const char *text, size_t index, const uint32_t grid[3], const uint32_t block[3], uint32_t shared,
                    const uint8_t *buf, size_t buflen, uint32_t out_grid[3], char *err, size_t errlen);
 
-/* hook.c: the real driver functions */
+/* hook.c (on native/interpose): the real driver functions */
 typedef CUresult (*mna_launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                   CUstream, void **, void **);
 typedef CUresult (*mna_launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
 void *mna_real(const char *name); /* from libcuda through the real cuGetProcAddress; NULL if absent */
 
-/* launch.c */
-CUresult mna_launch(mna_launch_fn real, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+/* launch.c. `os` is the launch's stream as libapply's own calls (copies, events) must name it: stream 0 of a
+ * per-thread-default-stream entry point is CU_STREAM_PER_THREAD. */
+int mna_init(void); /* reads the manifest once; 1 when there is something to apply */
+CUresult mna_launch(mna_launch_fn real, CUstream os, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                     unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params, void **extra);
-CUresult mna_launch_ex(mna_launch_ex_fn real, const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra);
+CUresult mna_launch_ex(mna_launch_ex_fn real, CUstream os, const CUlaunchConfig *cfg, CUfunction f, void **params,
+                       void **extra);
 void mna_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

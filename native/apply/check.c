@@ -86,8 +86,8 @@ static void stop(const mna_entry *e, const char *what, const mn_cmp_report *rep)
 }
 
 CUresult mna_check(mna_entry *e, const void *c, CUfunction f, const uint32_t g[3], const uint32_t b[3], uint32_t shm,
-                   const uint32_t tg[3], const uint32_t tb[3], uint32_t ts, CUstream s, void **params, void **extra,
-                   void **pp) {
+                   const uint32_t tg[3], const uint32_t tb[3], uint32_t ts, CUstream ls, CUstream s, void **params,
+                   void **extra, void **pp) {
   region rg[MNA_MAX_REGIONS];
   size_t n = collect(e, pp, rg);
   void **vbak = calloc(e->nvars + 1, sizeof *vbak), **vexp = calloc(e->nvars + 1, sizeof *vexp);
@@ -104,13 +104,13 @@ CUresult mna_check(mna_entry *e, const void *c, CUfunction f, const uint32_t g[3
   if (!ok) {
     mna_warn("--check of %s: not enough memory to save the kernel's input; this launch is not checked", e->kernel);
     release(rg, n, vbak, vexp, vbak ? e->nvars : 0);
-    if (mna_mirror(e, s, 0) != 0) return mna_fire(c, f, g, b, shm, s, params, extra);
-    CUresult r = mna_fire(c, e->fn, tg, tb, ts, s, params, extra);
+    if (mna_mirror(e, s, 0) != 0) return mna_fire(c, f, g, b, shm, ls, params, extra);
+    CUresult r = mna_fire(c, e->fn, tg, tb, ts, ls, params, extra);
     if (r == CUDA_SUCCESS) e->applied++, mna_mirror(e, s, 1);
     return r;
   }
   /* the original */
-  CUresult r = mna_fire(c, f, g, b, shm, s, params, extra);
+  CUresult r = mna_fire(c, f, g, b, shm, ls, params, extra);
   if (r != CUDA_SUCCESS || !sync_ok(s, "the original kernel", e)) {
     release(rg, n, vbak, vexp, e->nvars);
     return r;
@@ -132,7 +132,7 @@ CUresult mna_check(mna_entry *e, const void *c, CUfunction f, const uint32_t g[3
   int mirrored = mna_mirror(e, s, 0) == 0;
   if (mirrored) {
     mna_time_begin(s, &t0);
-    r = mna_fire(c, e->fn, tg, tb, ts, s, params, extra);
+    r = mna_fire(c, e->fn, tg, tb, ts, ls, params, extra);
     mna_time_end(s, t0, e, r);
   }
   if (mirrored && r == CUDA_SUCCESS) {

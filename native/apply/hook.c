@@ -1,162 +1,82 @@
-/* Driver-level interposition (minimal; meant to be folded into the shared one the recorder gets).
- *
- * cudart (static and shared) opens libcuda.so.1, takes cuGetProcAddress_v2 from it with dlsym and gets every
- * other entry point through it. So: `dlsym` is wrapped and hands out our cuGetProcAddress for
- * "cuGetProcAddress[_v2]"; ours asks the real one, and for the launch entry points it hands out wrappers that
- * remember the real function (one slot per name and per-thread-default-stream flag: the _ptsz variants).
- * Apps that call cuLaunchKernel from libcuda directly reach the exported wrappers below.
- *
- * Known limit: a caller's dlsym(RTLD_NEXT, ...) is answered from this library's position in the link map. */
+/* libapply on the shared driver-level interposition (native/interpose: the dlsym hook hands out its
+ * cuGetProcAddress, which hands out the wrappers of this table). Only the two launch entry points are
+ * wrapped; each wrapper knows the real entry point and whether it is the per-thread-default-stream variant.
+ * Apps linked with -lcuda that call cuLaunchKernel directly reach the exports at the end. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
 
+#include "../interpose/interpose.h"
 #include "apply.h"
 
 #define MN_EXPORT __attribute__((visibility("default")))
 
-typedef void *(*dlsym_fn)(void *, const char *);
-typedef CUresult (*getproc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-
-static dlsym_fn real_dlsym_;
-static getproc_fn real_getproc_;
-static void *libcuda_;
-static pthread_once_t once_ = PTHREAD_ONCE_INIT;
-
-static void init_real(void) {
-  real_dlsym_ = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-  if (!real_dlsym_) real_dlsym_ = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-  libcuda_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  if (!libcuda_) libcuda_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (libcuda_ && real_dlsym_) real_getproc_ = (getproc_fn)real_dlsym_(libcuda_, "cuGetProcAddress_v2");
+static CUresult launch_impl(const mn_ip_slot *slot, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                            unsigned by, unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
+  return mna_launch((mna_launch_fn)slot->real, mn_ip_stream(slot, s), f, gx, gy, gz, bx, by, bz, shm, s, p, x);
 }
 
-static dlsym_fn real_dlsym(void) {
-  pthread_once(&once_, init_real);
-  return real_dlsym_;
+static CUresult launch_ex_impl(const mn_ip_slot *slot, const CUlaunchConfig *c, CUfunction f, void **p, void **x) {
+  return mna_launch_ex((mna_launch_ex_fn)slot->real, c ? mn_ip_stream(slot, c->hStream) : NULL, c, f, p, x);
 }
 
-static int ours(const void *fn);
+MN_IP_DEFINE(launch, PFN_cuLaunchKernel_v4000, launch_impl,
+             (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+              unsigned int bz, unsigned int shm, CUstream s, void **p, void **x),
+             f, gx, gy, gz, bx, by, bz, shm, s, p, x)
+MN_IP_DEFINE(launch_ex, PFN_cuLaunchKernelEx_v11060, launch_ex_impl,
+             (const CUlaunchConfig *c, CUfunction f, void **p, void **x), c, f, p, x)
 
-void *mna_real(const char *name) {
-  pthread_once(&once_, init_real);
-  void *fn = NULL;
-  if (real_getproc_) {
-    CUdriverProcAddressQueryResult st;
-    if (real_getproc_(name, &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS)
-      fn = NULL;
-  }
-  /* a driver whose own references to its exports bind to ours (no -Bsymbolic) hands out our wrappers: the
-   * library's own symbol table has the real one */
-  if ((!fn || ours(fn)) && libcuda_ && real_dlsym_) fn = real_dlsym_(libcuda_, name);
-  return ours(fn) ? NULL : fn;
+mn_ip_entry mn_ip_table[] = {
+    MN_IP_ENTRY(launch, "cuLaunchKernel", "", 4000, 0),
+    MN_IP_ENTRY(launch_ex, "cuLaunchKernelEx", "", 11060, 0),
+};
+const size_t mn_ip_table_len = sizeof mn_ip_table / sizeof mn_ip_table[0];
+
+int mn_ip_enabled(void) { return mna_init(); }
+
+void mn_ip_bare(const char *name, int version, const char *why) {
+  mna_warn("%s (CUDA %d) is not intercepted (%s): its launches run the original kernels", name, version, why);
 }
 
-/* slots: [0] default stream semantics, [1] per-thread default stream */
-static void *real_launch[2], *real_launch_ex[2];
+void mn_ip_no_driver(const char *why) { (void)why; /* the app reports it; nothing to apply without a driver */ }
 
-#define LAUNCH_WRAPPER(NAME, SLOT)                                                                              \
-  static CUresult NAME(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
-                       unsigned shm, CUstream s, void **p, void **x) {                                           \
-    mna_launch_fn real = (mna_launch_fn)__atomic_load_n(&real_launch[SLOT], __ATOMIC_ACQUIRE);                 \
-    if (!real) return CUDA_ERROR_NOT_INITIALIZED;                                                              \
-    return mna_launch(real, f, gx, gy, gz, bx, by, bz, shm, s, p, x);                                          \
-  }
-LAUNCH_WRAPPER(wrap_launch0, 0)
-LAUNCH_WRAPPER(wrap_launch1, 1)
+/* Driver functions libapply calls itself, by their base names (cuGetProcAddress picks the ABI of `version`). */
+void *mna_real(const char *name) { return mn_ip_real(name, 12030); }
 
-#define LAUNCH_EX_WRAPPER(NAME, SLOT)                                                              \
-  static CUresult NAME(const CUlaunchConfig *c, CUfunction f, void **p, void **x) {                \
-    mna_launch_ex_fn real = (mna_launch_ex_fn)__atomic_load_n(&real_launch_ex[SLOT], __ATOMIC_ACQUIRE); \
-    if (!real) return CUDA_ERROR_NOT_INITIALIZED;                                                 \
-    return mna_launch_ex(real, c, f, p, x);                                                       \
-  }
-LAUNCH_EX_WRAPPER(wrap_launch_ex0, 0)
-LAUNCH_EX_WRAPPER(wrap_launch_ex1, 1)
+/* -- apps linked with -lcuda ------------------------------------------------------------------------- */
+MN_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                  unsigned bz, unsigned shm, CUstream s, void **p, void **x);
+MN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **x);
 
-static CUresult wrap_getproc(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st);
-static CUresult wrap_getproc_v1(const char *sym, void **pfn, int ver, cuuint64_t flags);
-typedef CUresult (*getproc_v1_fn)(const char *, void **, int, cuuint64_t);
-static getproc_v1_fn real_getproc_v1_;
-MN_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                  CUstream, void **, void **);
-MN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
-
-static int ours(const void *fn) { return fn && (fn == (void *)cuLaunchKernel || fn == (void *)cuLaunchKernelEx); }
-
-/* The wrapper for `sym` (whose real function is `fn`), or `fn` itself. */
-static void *wrap(const char *sym, void *fn, int ver, cuuint64_t flags) {
-  if (!fn || !sym) return fn;
-  if (ours(fn)) { /* see mna_real */
-    void *real = mna_real(sym);
-    if (!real) return fn;
-    fn = real;
-  }
-  int slot = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? 1 : 0;
-  if (strcmp(sym, "cuLaunchKernel") == 0 || strcmp(sym, "cuLaunchKernel_ptsz") == 0) {
-    if (strcmp(sym, "cuLaunchKernel_ptsz") == 0) slot = 1;
-    __atomic_store_n(&real_launch[slot], fn, __ATOMIC_RELEASE);
-    return slot ? (void *)wrap_launch1 : (void *)wrap_launch0;
-  }
-  if (strcmp(sym, "cuLaunchKernelEx") == 0 || strcmp(sym, "cuLaunchKernelEx_ptsz") == 0) {
-    if (strcmp(sym, "cuLaunchKernelEx_ptsz") == 0) slot = 1;
-    __atomic_store_n(&real_launch_ex[slot], fn, __ATOMIC_RELEASE);
-    return slot ? (void *)wrap_launch_ex1 : (void *)wrap_launch_ex0;
-  }
-  if ((strcmp(sym, "cuGetProcAddress") == 0 && ver >= 12000) || strcmp(sym, "cuGetProcAddress_v2") == 0) {
-    if (!real_getproc_) real_getproc_ = (getproc_fn)fn;
-    return (void *)wrap_getproc;
-  }
-  if (strcmp(sym, "cuGetProcAddress") == 0) { /* the 11.x signature, without the status argument */
-    if (!real_getproc_v1_) real_getproc_v1_ = (getproc_v1_fn)fn;
-    return (void *)wrap_getproc_v1;
-  }
-  return fn;
+/* The driver's export: the next definition after this library's, or, for a libcuda loaded RTLD_LOCAL, its own
+ * (through native/interpose's dlsym: possibly a wrapper, which launch.c's re-entry guard passes through). */
+static void *next_export(const char *name, void *self) {
+  void *fn = dlsym(RTLD_NEXT, name);
+  if (fn && fn != self) return fn;
+  void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!h) return NULL;
+  fn = dlsym(h, name);
+  dlclose(h);
+  return fn == self ? NULL : fn;
 }
 
-static CUresult wrap_getproc(const char *sym, void **pfn, int ver, cuuint64_t flags, CUdriverProcAddressQueryResult *st) {
-  pthread_once(&once_, init_real);
-  if (!real_getproc_) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult r = real_getproc_(sym, pfn, ver, flags, st);
-  if (r == CUDA_SUCCESS && pfn) *pfn = wrap(sym, *pfn, ver, flags);
-  return r;
-}
-
-static CUresult wrap_getproc_v1(const char *sym, void **pfn, int ver, cuuint64_t flags) {
-  if (!real_getproc_v1_) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult r = real_getproc_v1_(sym, pfn, ver, flags);
-  if (r == CUDA_SUCCESS && pfn) *pfn = wrap(sym, *pfn, ver, flags);
-  return r;
-}
-
-MN_EXPORT void *dlsym(void *handle, const char *name) {
-  dlsym_fn real = real_dlsym();
-  if (!real) return NULL;
-  void *fn = real(handle, name);
-  if (fn && strncmp(name, "cu", 2) == 0) {
-    /* the exported "cuGetProcAddress" is the 11.x signature; "_v2" the current one */
-    return wrap(name, fn, strcmp(name, "cuGetProcAddress") == 0 ? 11000 : 12000, CU_GET_PROC_ADDRESS_DEFAULT);
-  }
-  return fn;
-}
-
-/* Apps linked against libcuda call these directly. */
 MN_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                   unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
-  if (!__atomic_load_n(&real_launch[0], __ATOMIC_ACQUIRE)) {
-    void *fn = mna_real("cuLaunchKernel");
-    if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
-    __atomic_store_n(&real_launch[0], fn, __ATOMIC_RELEASE);
-  }
-  return wrap_launch0(f, gx, gy, gz, bx, by, bz, shm, s, p, x);
+  static void *real;
+  void *fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+  if (!fn && (fn = next_export("cuLaunchKernel", (void *)cuLaunchKernel))) __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!mna_init()) return ((mna_launch_fn)fn)(f, gx, gy, gz, bx, by, bz, shm, s, p, x);
+  return mna_launch((mna_launch_fn)fn, s, f, gx, gy, gz, bx, by, bz, shm, s, p, x);
 }
 
 MN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **x) {
-  if (!__atomic_load_n(&real_launch_ex[0], __ATOMIC_ACQUIRE)) {
-    void *fn = mna_real("cuLaunchKernelEx");
-    if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
-    __atomic_store_n(&real_launch_ex[0], fn, __ATOMIC_RELEASE);
-  }
-  return wrap_launch_ex0(c, f, p, x);
+  static void *real;
+  void *fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+  if (!fn && (fn = next_export("cuLaunchKernelEx", (void *)cuLaunchKernelEx))) __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
+  if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!mna_init()) return ((mna_launch_ex_fn)fn)(c, f, p, x);
+  return mna_launch_ex((mna_launch_ex_fn)fn, c ? c->hStream : NULL, c, f, p, x);
 }

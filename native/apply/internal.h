@@ -87,7 +87,7 @@ CUresult mna_fire(const void *c, CUfunction f, const uint32_t g[3], const uint32
 /* check.c */
 void mna_check_settings(void);
 CUresult mna_check(mna_entry *e, const void *c, CUfunction f, const uint32_t g[3], const uint32_t b[3], uint32_t shm,
-                   const uint32_t tg[3], const uint32_t tb[3], uint32_t ts, CUstream s, void **params, void **extra,
-                   void **pp);
+                   const uint32_t tg[3], const uint32_t tb[3], uint32_t ts, CUstream s, CUstream os, void **params,
+                   void **extra, void **pp);
 
 #endif

@@ -46,29 +46,27 @@ static int load_driver(void) {
   LOAD(ctxGetCurrent, "cuCtxGetCurrent");
   LOAD(moduleLoad, "cuModuleLoad");
   LOAD(moduleGetFunction, "cuModuleGetFunction");
-  LOAD(moduleGetGlobal, "cuModuleGetGlobal_v2");
+  LOAD(moduleGetGlobal, "cuModuleGetGlobal");
   LOAD(funcSetAttribute, "cuFuncSetAttribute");
-  LOAD(memcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
-  LOAD(memcpyDtoH, "cuMemcpyDtoH_v2");
-  LOAD(memcpyHtoD, "cuMemcpyHtoD_v2");
-  LOAD(memcpyDtoD, "cuMemcpyDtoD_v2");
-  LOAD(memAlloc, "cuMemAlloc_v2");
-  LOAD(memFree, "cuMemFree_v2");
-  LOAD(memGetAddressRange, "cuMemGetAddressRange_v2");
+  LOAD(memcpyDtoDAsync, "cuMemcpyDtoDAsync");
+  LOAD(memcpyDtoH, "cuMemcpyDtoH");
+  LOAD(memcpyHtoD, "cuMemcpyHtoD");
+  LOAD(memcpyDtoD, "cuMemcpyDtoD");
+  LOAD(memAlloc, "cuMemAlloc");
+  LOAD(memFree, "cuMemFree");
+  LOAD(memGetAddressRange, "cuMemGetAddressRange");
   LOAD(streamSynchronize, "cuStreamSynchronize");
   LOAD(eventCreate, "cuEventCreate");
   LOAD(eventRecord, "cuEventRecord");
   LOAD(eventQuery, "cuEventQuery");
   LOAD(eventSynchronize, "cuEventSynchronize");
-  LOAD(eventElapsed, "cuEventElapsedTime_v2");
-  if (!A.cu.eventElapsed) LOAD(eventElapsed, "cuEventElapsedTime");
+  LOAD(eventElapsed, "cuEventElapsedTime");
   LOAD(getErrorName, "cuGetErrorName");
-  LOAD(streamWaitValue32, "cuStreamWaitValue32_v2");
-  if (!A.cu.streamWaitValue32) LOAD(streamWaitValue32, "cuStreamWaitValue32");
+  LOAD(streamWaitValue32, "cuStreamWaitValue32");
   LOAD(memHostAlloc, "cuMemHostAlloc");
   LOAD(streamQuery, "cuStreamQuery");
   LOAD(streamIsCapturing, "cuStreamIsCapturing");
-  LOAD(memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+  LOAD(memHostGetDevicePointer, "cuMemHostGetDevicePointer");
   int ok = A.cu.ctxGetCurrent && A.cu.moduleLoad && A.cu.moduleGetFunction && A.cu.moduleGetGlobal &&
            A.cu.memcpyDtoDAsync && (A.cu.funcGetName || A.cu.kernelGetName);
   A.cu_loaded = ok ? 1 : -1;
@@ -83,10 +81,12 @@ const char *mna_err(CUresult r) {
 }
 
 /* -- which entries a handle's kernel has (cached per handle) ------------------------------------- */
+/* cudart (12+) launches CUkernel handles (cuLibraryGetKernel) cast to CUfunction, driver-API apps CUfunctions:
+ * the kernel's name is asked as a CUkernel first, as the recorder does for the runtime's handles. */
 static const char *kernel_name(CUfunction f) {
   const char *name = NULL;
-  if (A.cu.funcGetName && A.cu.funcGetName(&name, f) == CUDA_SUCCESS && name) return name;
   if (A.cu.kernelGetName && A.cu.kernelGetName(&name, (CUkernel)f) == CUDA_SUCCESS && name) return name;
+  if (A.cu.funcGetName && A.cu.funcGetName(&name, f) == CUDA_SUCCESS && name) return name;
   return NULL;
 }
 
@@ -113,13 +113,15 @@ static int entries_of(CUfunction f) {
 }
 
 /* -- the tuned module ------------------------------------------------------------------------------ */
+/* The module of the app's kernel in the current context: a CUkernel's function there first (see kernel_name). */
 static CUmodule app_module(CUfunction f) {
   CUmodule mod = NULL;
-  if (A.cu.funcGetModule && A.cu.funcGetModule(&mod, f) == CUDA_SUCCESS && mod) return mod;
   CUfunction g = NULL;
-  if (A.cu.kernelGetFunction && A.cu.kernelGetFunction(&g, (CUkernel)f) == CUDA_SUCCESS && g && A.cu.funcGetModule &&
-      A.cu.funcGetModule(&mod, g) == CUDA_SUCCESS)
+  if (!A.cu.funcGetModule) return NULL;
+  if (A.cu.kernelGetFunction && A.cu.kernelGetFunction(&g, (CUkernel)f) == CUDA_SUCCESS && g &&
+      A.cu.funcGetModule(&mod, g) == CUDA_SUCCESS && mod)
     return mod;
+  if (A.cu.funcGetModule(&mod, f) == CUDA_SUCCESS && mod) return mod;
   return NULL;
 }
 
@@ -310,8 +312,18 @@ void mna_finish(void) {
 }
 
 static void at_exit(void) { mna_finish(); }
+static void init(void);
 
-__attribute__((constructor)) static void init(void) {
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+int mna_init(void) {
+  pthread_once(&init_once, init);
+  return A.enabled;
+}
+
+__attribute__((constructor)) static void init_at_load(void) { (void)mna_init(); }
+
+static void init(void) {
   const char *path = getenv("MNEME_APPLY_MANIFEST");
   if (!path || !*path) return;
   const char *mode = getenv("MNEME_APPLY_MODE");
@@ -399,9 +411,23 @@ static void **params_of(const mna_entry *e, void **params, void **extra, void **
   return out;
 }
 
-static CUresult launch(const fire_ctx *c, CUfunction f, const uint32_t g[3], const uint32_t b[3], uint32_t shm,
-                       CUstream s, void **params, void **extra) {
-  if (!A.enabled) return fire(c, f, g, b, shm, s, params, extra);
+static CUresult decide(const fire_ctx *c, CUstream os, CUfunction f, const uint32_t g[3], const uint32_t b[3],
+                       uint32_t shm, CUstream s, void **params, void **extra);
+
+static CUresult launch(const fire_ctx *c, CUstream os, CUfunction f, const uint32_t g[3], const uint32_t b[3],
+                       uint32_t shm, CUstream s, void **params, void **extra) {
+  /* a launch libapply makes itself (the original or the tuned kernel) may come back through a wrapper: never
+   * decide twice */
+  static __thread int inside;
+  if (!A.enabled || inside) return fire(c, f, g, b, shm, s, params, extra);
+  inside = 1;
+  CUresult r = decide(c, os, f, g, b, shm, s, params, extra);
+  inside = 0;
+  return r;
+}
+
+static CUresult decide(const fire_ctx *c, CUstream os, CUfunction f, const uint32_t g[3], const uint32_t b[3],
+                       uint32_t shm, CUstream s, void **params, void **extra) {
   pthread_mutex_lock(&A.mu);
   if (!A.atexit_done) {
     A.atexit_done = 1;
@@ -435,29 +461,29 @@ static CUresult launch(const fire_ctx *c, CUfunction f, const uint32_t g[3], con
   /* a stream being captured into a graph must not be queried or synchronized: no timing, no check there (the
    * swap and the variable copies become part of the graph) */
   CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-  int capturing = A.cu.streamIsCapturing && A.cu.streamIsCapturing(s, &cap) == CUDA_SUCCESS &&
+  int capturing = A.cu.streamIsCapturing && A.cu.streamIsCapturing(os, &cap) == CUDA_SUCCESS &&
                   cap != CU_STREAM_CAPTURE_STATUS_NONE;
   if (!A.apply) { /* observe: the original, timed */
-    if (!capturing) mna_time_begin(s, &t0);
+    if (!capturing) mna_time_begin(os, &t0);
     r = fire(c, f, g, b, shm, s, params, extra);
-    if (!capturing) mna_time_end(s, t0, e, r);
+    if (!capturing) mna_time_end(os, t0, e, r);
   } else if (!ensure_loaded(e, f)) {
     e->fell_back++;
     r = fire(c, f, g, b, shm, s, params, extra);
   } else if (e->checked < A.check_k && !capturing) {
     e->checked++;
-    r = mna_check(e, c, f, g, b, shm, tg, tb, ts, s, params, extra, params_of(e, params, extra, pbuf));
+    r = mna_check(e, c, f, g, b, shm, tg, tb, ts, s, os, params, extra, params_of(e, params, extra, pbuf));
   } else {
-    if (mna_mirror(e, s, 0) != 0) {
+    if (mna_mirror(e, os, 0) != 0) {
       e->fell_back++;
       r = fire(c, f, g, b, shm, s, params, extra);
     } else {
-      if (!capturing) mna_time_begin(s, &t0);
+      if (!capturing) mna_time_begin(os, &t0);
       r = fire(c, e->fn, tg, tb, ts, s, params, extra);
-      if (!capturing) mna_time_end(s, t0, e, r);
+      if (!capturing) mna_time_end(os, t0, e, r);
       if (r == CUDA_SUCCESS) {
         e->applied++;
-        mna_mirror(e, s, 1);
+        mna_mirror(e, os, 1);
       } else { /* e.g. too many resources for this shape: the original from now on */
         mna_warn("the tuned %s did not launch (%s); the original kernel runs from now on", e->kernel, mna_err(r));
         e->load_state = -1;
@@ -475,14 +501,15 @@ CUresult mna_fire(const void *c, CUfunction f, const uint32_t g[3], const uint32
   return fire((const fire_ctx *)c, f, g, b, shm, s, p, x);
 }
 
-CUresult mna_launch(mna_launch_fn real, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+CUresult mna_launch(mna_launch_fn real, CUstream os, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                     unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params, void **extra) {
   fire_ctx c = {real, NULL, NULL};
   uint32_t g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
-  return launch(&c, f, g, b, shared, stream, params, extra);
+  return launch(&c, os, f, g, b, shared, stream, params, extra);
 }
 
-CUresult mna_launch_ex(mna_launch_ex_fn real, const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+CUresult mna_launch_ex(mna_launch_ex_fn real, CUstream os, const CUlaunchConfig *cfg, CUfunction f, void **params,
+                       void **extra) {
   fire_ctx c = {NULL, real, cfg};
   if (!cfg) return real(cfg, f, params, extra);
   for (unsigned i = 0; i < cfg->numAttrs; i++) {
@@ -491,5 +518,5 @@ CUresult mna_launch_ex(mna_launch_ex_fn real, const CUlaunchConfig *cfg, CUfunct
       return real(cfg, f, params, extra); /* the tuned shapes were not searched for these */
   }
   uint32_t g[3] = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ}, b[3] = {cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ};
-  return launch(&c, f, g, b, cfg->sharedMemBytes, cfg->hStream, params, extra);
+  return launch(&c, os, f, g, b, cfg->sharedMemBytes, cfg->hStream, params, extra);
 }

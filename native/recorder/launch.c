@@ -399,6 +399,7 @@ typedef struct snapshot_set {
   varsnap *vars;
   size_t nvars;
   uint64_t blob_bytes;
+  int unrestorable; /* a variable the kernel may reach could not be read: its state cannot be written back */
 } snapshot_set;
 
 static void set_free(snapshot_set *s) {
@@ -507,7 +508,10 @@ static int collect_vars(const mn_kernel *k, snapshot_set *s) {
       mn_gvar *v = &R.vars[i];
       if (!use[i] || done[i]) continue;
       done[i] = 1;
-      if (v->resolved <= 0 || v->managed || v->size == 0) continue;
+      if (v->resolved <= 0 || v->managed || v->size == 0) {
+        if (v->size) s->unrestorable = 1;
+        continue;
+      }
       varsnap *vs = &s->vars[s->nvars];
       vs->v = v;
       vs->data = malloc(v->size);
@@ -515,6 +519,7 @@ static int collect_vars(const mn_kernel *k, snapshot_set *s) {
       if (read_var(v, vs->data)) {
         free(vs->data);
         vs->data = NULL;
+        s->unrestorable = 1;
         continue;
       }
       s->nvars++;
@@ -787,9 +792,12 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
     return fire(L);
   }
   uint64_t retimes[MN_RETIME_MAX];
-  /* Rerunning is safe only when everything the kernel can reach is restored by the prologue. */
+  /* Rerunning is safe only when everything the kernel can reach is restored by the prologue: not for a
+   * kernel without IR (the variables it reaches are unknown: at the driver API a module's variables are
+   * seen only when the app asks for them, e.g. by cudaMemcpyFromSymbol after the launch), nor when a
+   * variable could not be read. */
   uint64_t t_rt = mn_precise_ns();
-  uint32_t nretimes = a->nforeign || a->ntex ? 0 : retime(L, k, &s, retimes);
+  uint32_t nretimes = a->nforeign || a->ntex || !k->tab || s.unrestorable ? 0 : retime(L, k, &s, retimes);
   t_rt = mn_precise_ns() - t_rt;
   uint64_t t_ns = 0;
   CUresult r, after;

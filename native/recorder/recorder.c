@@ -14,7 +14,7 @@
  *   MNEME_EPILOGUE_FORMAT diff | bytes | best
  *   MNEME_MAX_SAMPLES     in-app timing samples kept per instance
  *   MNEME_RETIME          extra timed runs of each new instance, at most (default 10)
- *   MNEME_RETIME_BUDGET_MS and at most this much wall time per instance (default 1000; 0: no bound)
+ *   MNEME_RETIME_BUDGET_US and at most this much wall time per instance, in us (default 1000000; 0: no bound)
  */
 #include "state.h"
 
@@ -61,7 +61,16 @@ void mn_ip_bare(const char *name, int version, const char *why) {
   if (!R.active) return;
   char detail[512];
   snprintf(detail, sizeof detail, "%s (CUDA %d): %s; calls through it are not seen", name, version, why);
+  static char seen[64][64];
+  static int nseen;
   pthread_mutex_lock(&R.mu);
+  for (int i = 0; i < nseen; i++) {
+    if (strcmp(seen[i], name) == 0) { /* once per name */
+      pthread_mutex_unlock(&R.mu);
+      return;
+    }
+  }
+  if (nseen < 64) snprintf(seen[nseen++], sizeof seen[0], "%s", name);
   mn_line l;
   mn_line_begin(&l, linebuf, sizeof linebuf, "warning");
   mn_line_str(&l, "what", "driver entry point left unwrapped");
@@ -244,7 +253,7 @@ static void init_once(void) {
   c->host_bytes = env_u64("MNEME_HOST_BYTES", MN_DEFAULT_HOST_BYTES);
   c->max_samples = (uint32_t)env_u64("MNEME_MAX_SAMPLES", 1000);
   c->retime = (uint32_t)env_u64("MNEME_RETIME", 10);
-  c->retime_budget_ns = env_u64("MNEME_RETIME_BUDGET_MS", 1000) * 1000000ull;
+  c->retime_budget_ns = env_u64("MNEME_RETIME_BUDGET_US", 1000000) * 1000ull;
   char fmt[16];
   env_str("MNEME_EPILOGUE_FORMAT", fmt, sizeof fmt, "diff");
   c->epilogue_format = strcmp(fmt, "bytes") == 0 ? 1 : strcmp(fmt, "best") == 0 ? 2 : 0;

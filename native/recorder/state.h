@@ -126,7 +126,7 @@ typedef struct mn_config {
   int epilogue_format;        /* 0 diff, 1 bytes, 2 best */
   uint32_t max_samples;
   uint32_t retime;            /* extra timed launches of a new instance, at most (MNEME_RETIME) */
-  uint64_t retime_budget_ns;  /* and at most this long per instance (MNEME_RETIME_BUDGET_MS; 0: no bound) */
+  uint64_t retime_budget_ns;  /* and at most this long per instance (MNEME_RETIME_BUDGET_US; 0: no bound) */
   int have_regex;
   regex_t regex;
   mn_ktab ktab;

@@ -12,6 +12,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Dict, List
 
@@ -229,6 +230,7 @@ def test_retime_is_bounded_in_time_and_the_recorders_time_is_reported(tmp_path):
     total, n, copy, rate, gb, diff, write, rt = (float(x) for x in m.groups())
     assert n == len(db) and gb > 0.1, "two 64 MiB grids per snapshot"
     assert copy + diff + write + rt <= total * 1.01
-    print(f"snapshot copy throughput {rate} GB/s (pinned staging)")  # for the report: issue #16 asks >= 0.5 of pinned D2H
+    # for the report (issue #16 asks >= 0.5 of pinned D2H): shows in pytest's warnings summary
+    warnings.warn(f"recorder: {r.stdout[m.start():m.end()]}")
     attrs = next(iter(db.extra["InstanceAttributes"].values()))
     assert attrs["RecorderTime"]["copy_bytes"] > 0 and attrs["RecorderTime"]["record_ns"] > 0

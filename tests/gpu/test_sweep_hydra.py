@@ -64,8 +64,9 @@ def test_hydra_sweep_logs_every_metric(big_recordings, tmp_path):
     parent = [r for r in runs if r.data.tags.get("mneme.role") == "sweep"]
     assert len(parent) == 1 and parent[0].info.status == "FINISHED"
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
-    baseline = [r for r in children if r.info.run_name == "baseline"]
+    baseline = [r for r in children if r.data.tags.get("mneme.role") == "baseline"]  # named "vecAdd baseline"
     assert len(baseline) == 1 and baseline[0].data.metrics["speedup"] == 1.0
+    assert baseline[0].info.run_name == "vecAdd baseline", baseline[0].info.run_name
     # configurations the study measured already are answered from it, without a job: fewer runs than trials
     verified = [r for r in children if r.data.metrics.get("verified") == 1]
     assert len(verified) >= 5, [(r.info.run_name, r.data.tags.get("mneme.status")) for r in children]

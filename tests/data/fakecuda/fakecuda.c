@@ -1,7 +1,7 @@
 /* A stand-in libcuda.so.1 for the CPU tests of libapply's interposition (tests/test_apply_native.py): no GPU
  * exists on the development machine, so these entry points print what the driver was asked to do. Kernel
  * handle 0x1000 is the app's kernel FAKE_KERNEL (module 0x3); a loaded ELF file becomes module 0x2 whose
- * kernel is 0x2000. Variables: "g_count" (8 bytes) and "c_table" (16 bytes) in both modules. */
+ * kernel is 0x2000 (FAKE_CUKERNEL: 0x1000 is a CUkernel instead, see below). Variables: "g_count" (8 bytes) and "c_table" (16 bytes) in both modules. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +21,23 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
 }
 EXPORT CUresult cuFuncGetName(const char **name, CUfunction f) {
   uintptr_t h = (uintptr_t)f;
-  if (h != 0x1000 && h != 0x2000) return CUDA_ERROR_INVALID_HANDLE;
+  if ((h != 0x1000 || getenv("FAKE_CUKERNEL")) && h != 0x2000) return CUDA_ERROR_INVALID_HANDLE;
   *name = kernel_name();
   return CUDA_SUCCESS;
 }
+/* With FAKE_CUKERNEL set, 0x1000 is a CUkernel (as cudart passes them): its function here is 0x1001. */
+EXPORT CUresult cuKernelGetName(const char **name, CUkernel k) {
+  if (!getenv("FAKE_CUKERNEL") || (uintptr_t)k != 0x1000) return CUDA_ERROR_INVALID_HANDLE;
+  *name = kernel_name();
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuKernelGetFunction(CUfunction *f, CUkernel k) {
+  if (!getenv("FAKE_CUKERNEL") || (uintptr_t)k != 0x1000) return CUDA_ERROR_INVALID_HANDLE;
+  *f = (CUfunction)0x1001;
+  return CUDA_SUCCESS;
+}
 EXPORT CUresult cuFuncGetModule(CUmodule *m, CUfunction f) {
-  if ((uintptr_t)f != 0x1000) return CUDA_ERROR_INVALID_HANDLE;
+  if ((uintptr_t)f != (getenv("FAKE_CUKERNEL") ? 0x1001u : 0x1000u)) return CUDA_ERROR_INVALID_HANDLE;
   *m = (CUmodule)0x3;
   return CUDA_SUCCESS;
 }
@@ -101,6 +112,7 @@ static const struct {
 } table[] = {
     {"cuLaunchKernel", (void *)cuLaunchKernel}, {"cuFuncGetName", (void *)cuFuncGetName},
     {"cuFuncGetModule", (void *)cuFuncGetModule}, {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},
+    {"cuKernelGetName", (void *)cuKernelGetName}, {"cuKernelGetFunction", (void *)cuKernelGetFunction},
     {"cuModuleLoad", (void *)cuModuleLoad}, {"cuModuleGetFunction", (void *)cuModuleGetFunction},
     {"cuModuleGetGlobal", (void *)cuModuleGetGlobal_v2}, {"cuMemcpyDtoDAsync", (void *)cuMemcpyDtoDAsync_v2},
     {"cuEventCreate", (void *)cuEventCreate}, {"cuEventRecord", (void *)cuEventRecord},

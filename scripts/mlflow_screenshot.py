@@ -1,11 +1,14 @@
-"""Regenerate docs/img/mlflow-compare.png: MLflow's comparison view of a sweep's trials, in a real browser.
+"""Screenshots of a sweep in MLflow's UI, in a real browser: the runs page (run names, the sweep's parent
+expanded) and the comparison view of its trials (parallel coordinates of kernel and knobs against a metric).
 
-    python docs/img/mlflow_screenshot.py [--store sqlite:///mlflow.db] [--experiment mneme] [--runs 6]
-           [--params replay.passes,replay.codegen_opt,...] [--metric registers] [--out docs/img/mlflow-compare.png]
+    python scripts/mlflow_screenshot.py [--store sqlite:///mlflow.db] [--experiment mneme] [--runs 8]
+           [--params kernel,replay.block.x,replay.codegen_opt] [--metric exec_time_median_ns]
+           [--out docs/img/mlflow-compare.png] [--runs-out docs/img/mlflow-runs.png]
 
-Starts `mlflow server` on the store, opens the compare page of the latest sweep's first trials in headless
-Chromium (Debian's `chromium` package) driven over the DevTools protocol (aiohttp, which MLflow brings),
-picks the parallel-coordinates axes, turns on "show diff only", and saves a screenshot.
+Starts `mlflow server` on the store, opens the pages in headless Chromium (Debian's `chromium` package,
+installed through apt-get when missing) driven over the DevTools protocol (aiohttp, which MLflow brings),
+picks the parallel-coordinates axes, turns on "show diff only", and saves the screenshots. For a
+compile-only store use --metric registers.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import argparse
 import asyncio
 import base64
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,13 +30,26 @@ from pathlib import Path
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 
 
+def ensure_chromium() -> str:
+    """The chromium executable, installed with apt-get (Debian 12: package `chromium`) when missing."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return name
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    print("mlflow_screenshot: installing chromium (apt-get install chromium)", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=False, env=env)
+    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env)
+    return "chromium"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def wait_for(url: str, timeout: float = 90.0):
+def wait_for(url: str, timeout: float = 300.0):
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -50,15 +68,17 @@ def pick_runs(store: str, experiment: str, n: int):
     sweeps = client.search_runs([exp.experiment_id], "tags.`mneme.role` = 'sweep'", order_by=["attributes.start_time DESC"])
     flt = "tags.`mneme.role` = 'trial'" + (f" and tags.mlflow.parentRunId = '{sweeps[0].info.run_id}'" if sweeps else "")
     trials = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time ASC"])
-    return exp.experiment_id, [r.info.run_id for r in trials if r.info.status == "FINISHED"][:n]
+    return exp.experiment_id, [r.info.run_id for r in trials if r.info.status == "FINISHED"][:n], \
+        (sweeps[0].info.run_name if sweeps else "")
 
 
-async def drive(url: str, out: Path, params, metric: str, width: int, height: int) -> None:
+async def drive(url: str, out: Path, params, metric: str, width: int, height: int, runs_url: str = "",
+                runs_out: Path = None, browser_exe: str = "chromium", sweep_name: str = "") -> None:
     import aiohttp
 
     port = free_port()
     profile = tempfile.mkdtemp(prefix="mneme-chromium-")
-    browser = subprocess.Popen(["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--remote-debugging-port={port}",
+    browser = subprocess.Popen([browser_exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--remote-debugging-port={port}",
                                 f"--window-size={width},{height}", "about:blank"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -91,8 +111,29 @@ async def drive(url: str, out: Path, params, metric: str, width: int, height: in
                     await key("Enter", 13)
 
             await call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+            async def until(expr, seconds=120):
+                for _ in range(int(seconds * 2)):
+                    if await js(expr):
+                        return True
+                    await asyncio.sleep(0.5)
+                return False
+
+            if runs_url and runs_out is not None:
+                await call("Page.navigate", url=runs_url)
+                await until(f"document.body.innerText.includes({json.dumps(sweep_name)})")  # the table has loaded
+                await asyncio.sleep(2)
+                await js("(Array.from(document.querySelectorAll('button')).find(b => b.getAttribute('aria-label')==='Close')||{click(){}}).click()")
+                # expand the sweep's parent row so its trials show with their names
+                await js("(function(){var a=Array.from(document.querySelectorAll('a')).find(x => x.innerText.includes("
+                         f"{json.dumps(sweep_name[:12])}));if(!a)return;var row=a.closest('[role=row]')||a.parentElement.parentElement;"
+                         "var b=row.querySelector('button,[role=button]');if(b)b.click();})()")
+                await until("/ #\\d/.test(document.body.innerText)", 30)
+                await asyncio.sleep(2)
+                shot = await call("Page.captureScreenshot", format="png")
+                runs_out.write_bytes(base64.b64decode(shot["data"]))
             await call("Page.navigate", url=url)
-            await asyncio.sleep(8)
+            await until("document.querySelectorAll('input[type=search]').length >= 2", 120)
+            await asyncio.sleep(3)
             await js("(Array.from(document.querySelectorAll('button')).find(b => b.getAttribute('aria-label')==='Close')||{click(){}}).click()")
             await js("(Array.from(document.querySelectorAll('button')).find(b => b.innerText==='Clear All')||{click(){}}).click()")
             await asyncio.sleep(1)
@@ -115,14 +156,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", default="sqlite:///mlflow.db")
     ap.add_argument("--experiment", default="mneme")
-    ap.add_argument("--runs", type=int, default=6)
-    ap.add_argument("--params", default="replay.block.x,replay.grid.x",
-                    help="parallel-coordinates axes (compile-only sweeps: e.g. replay.passes,replay.codegen_opt)")
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--params", default="kernel,replay.block.x,replay.grid.x,replay.codegen_opt",
+                    help="parallel-coordinates axes (compile-only sweeps: e.g. kernel,replay.passes,replay.codegen_opt)")
     ap.add_argument("--metric", default="exec_time_median_ns", help="the colored axis (compile-only: registers)")
-    ap.add_argument("--out", default=str(Path(__file__).with_name("mlflow-compare.png")))
+    img = Path(__file__).resolve().parent.parent / "docs" / "img"
+    ap.add_argument("--out", default=str(img / "mlflow-compare.png"), help="the compare view's screenshot")
+    ap.add_argument("--runs-out", default=str(img / "mlflow-runs.png"), help="the runs page's screenshot ('' for none)")
     ap.add_argument("--size", default="1600x1500")
     a = ap.parse_args()
-    exp_id, runs = pick_runs(a.store, a.experiment, a.runs)
+    browser_exe = ensure_chromium()
+    exp_id, runs, sweep_name = pick_runs(a.store, a.experiment, a.runs)
     if not runs:
         print(f"no finished trial runs in experiment {a.experiment!r} of {a.store}", file=sys.stderr)
         return 1
@@ -134,14 +178,15 @@ def main() -> int:
         wait_for(f"http://127.0.0.1:{port}/health")
         url = f"http://127.0.0.1:{port}/#/compare-runs?runs={json.dumps(runs)}&experiments={json.dumps([exp_id])}"
         width, height = (int(v) for v in a.size.split("x"))
-        asyncio.run(drive(url, Path(a.out), a.params.split(","), a.metric, width, height))
+        runs_url = f"http://127.0.0.1:{port}/#/experiments/{exp_id}/runs?workflowType=machine_learning"
+        asyncio.run(drive(url, Path(a.out), a.params.split(","), a.metric, width, height, runs_url,
+                          Path(a.runs_out) if a.runs_out else None, browser_exe, sweep_name))
     finally:
-        import os
         import signal
 
         os.killpg(server.pid, signal.SIGTERM)
-        server.wait(20)
-    print(a.out)
+        server.wait(60)
+    print("\n".join(p for p in (a.out, a.runs_out) if p))
     return 0
 
 

@@ -1,0 +1,1 @@
+__device__ float scale(float v) { return 2.0f * v; }
