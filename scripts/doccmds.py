@@ -315,7 +315,7 @@ def run_doc(cmds: List[Command], scratch: Path, gpu: bool, timeout: float,
             say(f"skip {c.where}: MLflow's UI server (flask) is not installed here; the CPU test runs it")
             continue
         if SERVER.match(code):
-            rc, code, out = run_server(code, scratch, env, min(timeout, 120))
+            rc, code, out = run_server(code, scratch, env, min(timeout, 300))  # MLflow starts slowly on a busy machine
         else:
             try:
                 p = subprocess.run(["bash", "-c", "set -o pipefail; " + code], cwd=scratch, env=env, capture_output=True,
