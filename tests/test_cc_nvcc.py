@@ -226,3 +226,21 @@ def test_dynamic_parallelism_across_files_needs_dlto_and_says_so(tmp_path):
     ir = subprocess.run([sys.executable, "-m", "mneme.cli", "ir", "app"], cwd=tmp_path, capture_output=True,
                         text=True, check=True).stdout
     assert "_Z6parentPi" in ir and "_Z5childPi" in ir
+
+
+VIRTUAL_A = ("#include <new>\nstruct B { __device__ virtual int f() = 0; __device__ virtual ~B() {} };\n"
+             "struct D : B { __device__ int f() override { return 3; } };\n"
+             "__global__ void k(int *o) { B *b = new D(); o[0] = b->f(); delete b; }\nint main() { return 0; }\n")
+VIRTUAL_B = ("struct B2 { __device__ virtual int g() = 0; };\nstruct D2 : B2 { __device__ int g() override { return 4; } };\n"
+             "__global__ void k2(int *o) { D2 d; B2 *b = &d; o[0] = b->g(); }\n")
+
+
+def test_device_virtual_functions_in_several_files_device_link(tmp_path):
+    """Pure virtual functions name __cxa_pure_virtual, which nvcc's device runtime defines: nvcc_compat.h
+    gives every translation unit a weak one."""
+    (tmp_path / "a.cu").write_text(VIRTUAL_A)
+    (tmp_path / "b.cu").write_text(VIRTUAL_B)
+    for src in ("a", "b"):
+        nvcc("-arch=sm_90", "-dc", f"{src}.cu", "-o", f"{src}.o", cwd=tmp_path)
+    nvcc("-arch=sm_90", "a.o", "b.o", "-o", "app", cwd=tmp_path)
+    assert (tmp_path / "app").exists()

@@ -170,6 +170,14 @@ __device__ __forceinline__ void __nv_atomic_thread_fence(int order, int scope = 
 #undef MNEME_SCOPE
 #endif /* !__has_builtin(__nv_atomic_load_n) */
 
+/* Device-side virtual functions: the vtable of a class with a pure (or deleted) virtual function names
+ * __cxa_pure_virtual, which nvcc's device runtime defines and clang's CUDA does not. Weak, so that every
+ * translation unit may carry it and the device link keeps one. */
+#if defined(__CUDA_ARCH__)
+extern "C" __device__ __attribute__((weak, noreturn)) void __cxa_pure_virtual(void) { __trap(); }
+extern "C" __device__ __attribute__((weak, noreturn)) void __cxa_deleted_virtual(void) { __trap(); }
+#endif
+
 /* Host-side min/max. CUDA's crt/math_functions.hpp declares these overloads __host__ __device__ for
  * nvcc, so host code calls max(float, float) or min(int, unsigned); clang reads that header as
  * device-only. The same overloads (same return types) for the host side: */
