@@ -36,7 +36,7 @@ ptx:
 	bash native/core/build_ptx.sh
 
 examples: setup
-	$(MAKE) -C examples CXX="$(CURDIR)/$(VENV)/bin/mneme cc"
+	$(MAKE) -C examples MNEME="$(CURDIR)/$(VENV)/bin/mneme" CXX="$(CURDIR)/$(VENV)/bin/mneme cc"
 
 # ---- tests --------------------------------------------------------------------------------
 # Exit code 5 (nothing collected) is a failure too: a suite that runs nothing proves nothing.
