@@ -10,18 +10,28 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from dataclasses import fields
 from typing import Any, Dict, List, Optional
 
 import pandas as pd
 import yaml
 
-from mneme.config import ExperimentConfiguration
+from mneme.config import ExperimentConfiguration, MeasurementSettings
 from mneme.track import plots, runs
 
+#: the text fields of each params prefix: read back as the text MLflow holds, not as YAML (a dlcm of ''
+#: would come back None, a pipeline or an arch that looks like a number or a bool would change type)
+_TEXT_FIELDS = {
+    prefix: {f.name for f in fields(cls) if str(f.type) in ("str", "Optional[str]")}
+    for prefix, cls in (("replay", ExperimentConfiguration), ("measure", MeasurementSettings))
+}
 
-def _value(text: str) -> Any:
+
+def _value(text: str, as_text: bool = False) -> Any:
     if text == "None":
         return None
+    if as_text:
+        return text
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
@@ -29,7 +39,9 @@ def _value(text: str) -> Any:
 
 
 def unflatten(params: Dict[str, str], prefix: str) -> Dict[str, Any]:
-    """{'replay.grid.x': '4'} -> {'grid': {'x': 4}} for the keys under `prefix`."""
+    """{'replay.grid.x': '4'} -> {'grid': {'x': 4}} for the keys under `prefix`; the dataclasses' text fields
+    stay text (config_params writes each value as str(value), so every field round-trips)."""
+    text_fields = _TEXT_FIELDS.get(prefix, set())
     out: Dict[str, Any] = {}
     for key, text in sorted(params.items()):
         if not key.startswith(prefix + "."):
@@ -38,7 +50,7 @@ def unflatten(params: Dict[str, str], prefix: str) -> Dict[str, Any]:
         *parents, leaf = key[len(prefix) + 1:].split(".")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = _value(text)
+        node[leaf] = _value(text, as_text=not parents and leaf in text_fields)
     return out
 
 
