@@ -277,7 +277,9 @@ class StudyRun:
         if combo:  # one study per combination of the outer sweep, each with a name of its own
             self.name += "-" + _slug("-".join(o.split("=", 1)[1] for o in combo), 60)
         sweep_dir = Path(str(sweeper.config.hydra.sweep.dir))
-        self.out_dir = sweep_dir / "results" / self.name
+        # absolute: the sweep's last lines name it for the user (and optimization_results.yaml records it), and a
+        # path relative to where mneme started means nothing from another directory or to a job run with chdir
+        self.out_dir = (sweep_dir / "results" / self.name).resolve()
         # beside the timestamped sweep directories, so study.resume=true finds the study without study.storage
         default = f"sqlite:///{(sweep_dir.parent / 'studies.db').resolve()}"
         self.storage_url = st.storage_url(self.opts.storage or default, str(sweep_dir))
