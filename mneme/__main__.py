@@ -10,13 +10,19 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import hydra
 from omegaconf import DictConfig
 
 #: the exit code of each job this process ran (docs/USAGE.md, "Exit codes"); the process exits with the worst
 _OUTCOMES: List[int] = []
+#: (job number, status, its result line or error, its mneme.log) of each job, in _OUTCOMES' order: a multirun
+#: prints its jobs' lines only to their logs (one progress line on the terminal), so the end of a multirun
+#: that failed names the statuses and the failed jobs
+_JOBS: List[Tuple[int, str, str, str]] = []
+#: failed jobs named one by one at the end of a multirun; the rest are counted
+_SHOW_FAILED = 10
 
 
 def job_exit_code(ret: Dict[str, Any], search_trial: bool) -> int:
@@ -46,15 +52,48 @@ def _app(cfg: DictConfig):
             traceback.print_exc()
         what = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename else str(e)
         print(f"mneme: error: {what}", file=sys.stderr, flush=True)
-        _OUTCOMES.append(2)
+        _note(2, "error", what)
         if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
             return {"status": "error", "error": what}
         raise SystemExit(2)
     hc = HydraConfig.get() if HydraConfig.initialized() else None
     searching = hc is not None and hc.mode == RunMode.MULTIRUN and "optuna" in str(hc.sweeper.get("_target_", "")).lower()
     role = str((cfg.get("tracking") or {}).get("role", ""))
-    _OUTCOMES.append(job_exit_code(ret, searching and role != "baseline"))
+    _note(job_exit_code(ret, searching and role != "baseline"), str(ret.get("status") or ""), str(ret.get("line") or ""))
     return ret
+
+
+def _note(code: int, status: str, line: str) -> None:
+    """Keep one job's exit code and what the end of a multirun says about it."""
+    from hydra.core.hydra_config import HydraConfig
+
+    num, log = len(_JOBS), ""
+    if HydraConfig.initialized():
+        hc = HydraConfig.get()
+        num = int(hc.job.num) if hc.job.get("num") is not None else num
+        log = os.path.join(str(hc.runtime.output_dir), "mneme.log")
+    _OUTCOMES.append(code)
+    _JOBS.append((num, status, line, log))
+
+
+def failed_jobs_report(outcomes: List[int], jobs: List[Tuple[int, str, str, str]], multirun: Optional[bool] = None) -> List[str]:
+    """The lines that end a run whose jobs failed: the count and, for a multirun, the jobs per status and each
+    failed job's result line and log (the job lines went to the jobs' own logs, not to the terminal)."""
+    code = max(outcomes, default=0)
+    failed = [(c, j) for c, j in zip(outcomes, jobs) if c]
+    head = f"mneme: {len(failed)} of {len(outcomes)} job(s) failed (exit {code})"
+    if not (len(outcomes) > 1 if multirun is None else multirun):
+        return [head]
+    counts: Dict[str, int] = {}
+    for _, status, _, _ in jobs:
+        counts[status or "unknown"] = counts.get(status or "unknown", 0) + 1
+    out = [head + ": " + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    for _, (num, status, line, log) in failed[:_SHOW_FAILED]:
+        text = (line or status).splitlines()[0] if (line or status) else "failed"
+        out.append(f"mneme:   job {num}: {text[:300]}" + (f" (log: {log})" if log and os.path.isfile(log) else ""))
+    if len(failed) > _SHOW_FAILED:
+        out.append(f"mneme:   ... and {len(failed) - _SHOW_FAILED} more failed job(s)")
+    return out
 
 
 def _multirun_first(argv: List[str]) -> List[str]:
@@ -92,8 +131,9 @@ def main() -> None:
     code = max(_OUTCOMES, default=0)
     session.close(FINISHED if code == 0 else FAILED)
     if code:
-        failed = sum(1 for c in _OUTCOMES if c)
-        print(f"mneme: {failed} of {len(_OUTCOMES)} job(s) failed (exit {code})", file=sys.stderr)
+        multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:]) or None  # None: more than one job
+        for line in failed_jobs_report(_OUTCOMES, _JOBS, multirun):
+            print(line, file=sys.stderr)
         sys.exit(code)
 
 

@@ -37,4 +37,7 @@ def test_a_multirun_runs_every_job_and_exits_with_the_worst(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     out = p.stdout + p.stderr
     assert "compiled" in out and "compile_error" in out and "1 of 2 job(s) failed (exit 2)" in out
+    # the jobs' lines go to their logs (one progress line on the terminal); the end names the failed one
+    assert "1 of 2 job(s) failed (exit 2): 1 compiled, 1 compile_error" in p.stderr
+    assert "job 1: " in p.stderr and "default<O9>" in p.stderr and f"(log: {tmp_path}/multi/1/mneme.log)" in p.stderr
     assert "Traceback" not in out
