@@ -194,10 +194,13 @@ def test_an_nvcc_built_app_is_recorded_without_ir(tmp_path, request, variant):
 
     from mneme.snapshot import Snapshot
 
+    # A kernel without IR is never rerun (retimed): the variables it reaches are unknown at the driver API,
+    # where a module's variables appear only when the app asks for them (here cudaMemcpyFromSymbol after
+    # the launch), so its __device__ state could not be written back; the checksum above shows the app's
+    # result is untouched. Pointer-global relocations are checked on the IR-built ptrglobal example.
     (bump,) = found["bump"].values()
     with Snapshot.read(bump.prologue_fn) as pro:
-        where = pro.find_variable("g_where")
-        assert [(r_.offset, r_.target, r_.target_offset) for r_ in where.relocs] == [(0, "g_acc", 4)]
+        assert pro.find_variable("g_where") is None
         assert any(b.addr == 0x100000000000 for b in pro.blobs), "the pinned buffer is a host blob"
 
 
