@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence
 
 import mneme
 from mneme.errors import ConfigurationError
+from mneme.record.runner import find_preload_library
 
 LIB_NAME = "libapply.so"
 #: libapply's exit status when --check found a mismatch (native/apply/check.c: MNA_CHECK_EXIT)
@@ -27,26 +28,8 @@ CHECK_EXIT = 86
 def find_libapply(build: bool = True) -> Path:
     """libapply.so: $MNEME_LIBAPPLY, else mneme/lib/libapply.so (built from native/apply in a source checkout,
     as mneme record builds librecord)."""
-    env = os.environ.get("MNEME_LIBAPPLY")
-    if env:
-        p = Path(env)
-        if not p.is_file():
-            raise ConfigurationError(f"MNEME_LIBAPPLY={env}: no such file")
-        return p.resolve()
-    lib = Path(mneme.__file__).resolve().parent / "lib" / LIB_NAME
     src = Path(mneme.__file__).resolve().parent.parent / "native" / "apply"
-    if build and (src / "Makefile").is_file():
-        try:
-            r = subprocess.run(["make", "-s", "-C", str(src), f"OUT={lib.parent}"], capture_output=True, text=True)
-        except OSError as e:
-            r = None
-            if not lib.is_file():
-                raise ConfigurationError(f"cannot build {lib}: make is not available ({e}); run `make native`") from None
-        if r is not None and r.returncode != 0:
-            raise ConfigurationError(f"building {lib} failed (make -C {src}):\n{(r.stdout + r.stderr)[-3000:]}")
-    if not lib.is_file():
-        raise ConfigurationError(f"{lib} is missing: build it with `make native` (or `make -C native/apply`)")
-    return lib
+    return find_preload_library(LIB_NAME, "MNEME_LIBAPPLY", src, ConfigurationError, build)
 
 
 @dataclass

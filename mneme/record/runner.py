@@ -88,29 +88,35 @@ def _recorder_sources() -> Path:
     return Path(mneme.__file__).resolve().parent.parent / "native" / "recorder"
 
 
-def find_librecord(build: bool = True) -> Path:
-    """librecord.so: $MNEME_LIBRECORD, else mneme/lib/librecord.so (built from native/recorder when the
-    package runs from a source checkout)."""
-    env = os.environ.get("MNEME_LIBRECORD")
+def find_preload_library(name: str, env_var: str, src: Path, error: type, build: bool = True) -> Path:
+    """An LD_PRELOAD library of mneme's (librecord.so, libapply.so): $ENV_VAR, else mneme/lib/NAME, built
+    from its sources `src` (native/...) when the package runs from a source checkout. Problems raise
+    `error` in one line that says how to build it."""
+    env = os.environ.get(env_var)
     if env:
         p = Path(env)
         if not p.is_file():
-            raise RecordError(f"MNEME_LIBRECORD={env}: no such file")
+            raise error(f"{env_var}={env}: no such file")
         return p.resolve()
-    lib = Path(mneme.__file__).resolve().parent / "lib" / LIB_NAME
-    src = _recorder_sources()
+    lib = Path(mneme.__file__).resolve().parent / "lib" / name
     if build and (src / "Makefile").is_file():
         try:
             r = subprocess.run(["make", "-s", "-C", str(src), f"OUT={lib.parent}"], capture_output=True, text=True)
         except OSError as e:
             r = None
             if not lib.is_file():
-                raise RecordError(f"cannot build {lib}: make is not available ({e}); run `make native`") from None
+                raise error(f"cannot build {lib}: make is not available ({e}); run `make native`") from None
         if r is not None and r.returncode != 0:
-            raise RecordError(f"building {lib} failed (make -C {src}):\n{(r.stdout + r.stderr)[-3000:]}")
+            raise error(f"building {lib} failed (make -C {src}):\n{(r.stdout + r.stderr)[-3000:]}")
     if not lib.is_file():
-        raise RecordError(f"{lib} is missing: build it with `make native` (or `make -C native/recorder`)")
+        raise error(f"{lib} is missing: build it with `make native` (or `make -C native/{src.name}`)")
     return lib
+
+
+def find_librecord(build: bool = True) -> Path:
+    """librecord.so: $MNEME_LIBRECORD, else mneme/lib/librecord.so (built from native/recorder when the
+    package runs from a source checkout)."""
+    return find_preload_library(LIB_NAME, "MNEME_LIBRECORD", _recorder_sources(), RecordError, build)
 
 
 def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Optional[Path],
