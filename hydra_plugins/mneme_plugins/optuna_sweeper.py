@@ -513,22 +513,14 @@ class StudyRun:
         from omegaconf import OmegaConf
 
         config = (best.get("config") if isinstance(best.get("config"), dict) else None) or {}
-        flat = {f"replay.{k}": v for k, v in _flatten(config).items()}
+        from mneme.track.records import flatten
+
+        flat = flatten(config, "replay.")
         doc = {"name": "mneme_optuna", "best_params": flat, "best_value": best.get("metric_ns"),
                "best_speedup": best.get("speedup"), "results": str(self.out_dir)}
         path = self.out_dir.parent.parent / "optimization_results.yaml"
         OmegaConf.save(OmegaConf.create(doc), path)
         return path
-
-
-def _flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def hydra_terms(message: str) -> str:
