@@ -457,3 +457,16 @@ def test_record_stage_runs_mneme_record_and_reports_why_it_failed(tmp_path):
     row = gpu.record_app(App.from_dict(ctx.entries["good"]), stage.Budget(600), ctx)
     assert row["app_ok_plain"] is True and row["app_ok_recorded"] is False and row["recorded"] is False
     assert "NVIDIA driver" in row["record_error"] and row["kernels"] == [] and row["record_overhead"] > 0
+
+
+def test_the_record_stage_keeps_mneme_records_time_split():
+    from bench.corpus.gpu import record_split
+
+    out = ("mneme record: recorder time 0.006 s for 1 instance(s): copy 0.001 s (1.27 GB/s over 0.001 GB), "
+           "hash/diff 0.003 s, write 0.003 s, retime 0.000 s\n"
+           "mneme record: wall 2.750 s: prepare 0.250 s (IR index, kernel table), app 2.000 s (recorder 0.750 s of it), "
+           "post-processing 0.500 s\n")
+    split = record_split(out)
+    assert split == {"recorder_time": 0.006, "copy": 0.001, "hash_diff": 0.003, "write": 0.003, "retime": 0.0,
+                     "wall": 2.75, "prepare": 0.25, "app": 2.0, "recorder": 0.75, "post_processing": 0.5}
+    assert record_split("no split here") == {}

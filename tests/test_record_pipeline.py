@@ -478,3 +478,15 @@ def test_merging_refuses_another_arena_base(app, index, tmp_path):
     run.exit()
     with pytest.raises(RecordError, match="MNEME_VA_BASE"):
         postprocess(run.raw, tmp_path / "db", index=index)
+
+
+def test_the_wall_split_says_where_mneme_records_time_went(tmp_path):
+    from mneme.record.postprocess import RecordOutcome
+
+    out = RecordOutcome(db_dir=tmp_path, kernels=[], complete=True, processes=1)
+    assert out.wall_line() is None, "no split before runner.record fills it"
+    out.wall_split = {"prepare_s": 0.25, "app_s": 2.0, "postprocess_s": 0.5}
+    out.recorder_time, out.recorded_instances = {"record_ns": 750_000_000}, 2
+    line = out.wall_line()
+    assert line.startswith("wall 2.750 s: prepare 0.250 s") and "app 2.000 s (recorder 0.750 s of it)" in line
+    assert line.endswith("post-processing 0.500 s")

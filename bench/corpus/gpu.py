@@ -152,6 +152,19 @@ def kernels_without_ir(output: str) -> List[str]:
     return names
 
 
+_SPLIT = re.compile(r"mneme record: (wall [^\n]*|recorder time [^\n]*)")
+_SECONDS = re.compile(r"([a-z/-]+(?: [a-z-]+)?) (\d+\.\d+) s")
+
+
+def record_split(output: str) -> Dict[str, float]:
+    """`mneme record`'s own time split (its wall and recorder-time lines) as {part: seconds}."""
+    split: Dict[str, float] = {}
+    for m in _SPLIT.finditer(output):
+        for name, sec in _SECONDS.findall(m.group(1)):
+            split[re.sub(r"[ /-]", "_", name)] = float(sec)
+    return split
+
+
 def read_dbs(rdb: Path) -> List[Dict[str, Any]]:
     """Every record DB under rdb as one kernel row (mneme's own reader, so the format has one owner)."""
     from mneme.record.db import RecordedExecution, find_dbs
@@ -201,7 +214,8 @@ def record_app(app: App, budget: stage.Budget, ctx: Ctx, with_plain: bool = True
     no_ir = kernels_without_ir(p.output)
     row.update({"app_ok_recorded": o["ok"], "record_rc": o["rc"], "record_s": o["wall_s"], "record_error": o["why"],
                 "recorded": any(k["has_ir"] for k in kernels), "kernels_no_ir": no_ir, "kernels": kernels,
-                "record_db_error": db_error, "max_recordings": ctx.max_recordings})
+                "record_db_error": db_error, "max_recordings": ctx.max_recordings,
+                "record_split": record_split(p.output)})
     if row.get("plain_s"):
         row["record_overhead"] = round(o["wall_s"] / row["plain_s"], 3)
         row["record_added_s"] = round(o["wall_s"] - row["plain_s"], 3)

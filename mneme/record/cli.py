@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     line = outcome.recorder_time_line()
     if line:
         print(f"mneme record: {line}")
+    line = outcome.wall_line()
+    if line:
+        print(f"mneme record: {line}")
     for w in outcome.warnings:
         print(f"mneme record: warning: {w}", file=sys.stderr)
     if not outcome.complete:

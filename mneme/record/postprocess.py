@@ -79,6 +79,18 @@ class RecordOutcome:
     #: the recorder's own time over this run's recorded instances (RECORDER_TIME's names, summed)
     recorder_time: Dict[str, int] = field(default_factory=dict)
     recorded_instances: int = 0
+    #: mneme record's own wall time around the app (runner.record fills it): prepare_s, app_s, postprocess_s
+    wall_split: Dict[str, float] = field(default_factory=dict)
+
+    def wall_line(self) -> Optional[str]:
+        """Where `mneme record`'s wall time went: before the app, the app's run under the recorder, after it."""
+        w = self.wall_split
+        if not w:
+            return None
+        rec = self.recorder_time.get("record_ns", 0) / 1e9
+        inside = f" (recorder {rec:.3f} s of it)" if self.recorded_instances and "record_ns" in self.recorder_time else ""
+        return (f"wall {sum(w.values()):.3f} s: prepare {w['prepare_s']:.3f} s (IR index, kernel table), "
+                f"app {w['app_s']:.3f} s{inside}, post-processing {w['postprocess_s']:.3f} s")
 
     def recorder_time_line(self) -> Optional[str]:
         """Where the recorder's time went, or None when it recorded nothing (or an older recorder did)."""

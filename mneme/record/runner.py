@@ -274,6 +274,7 @@ def record(argv: Sequence[str], settings: RecordSettings, out: TextIO = sys.stde
     `check=False` skips the driver check (the recorder then records registrations only)."""
     if not argv:
         raise RecordError("no app to record: give it after --, e.g. mneme record -rdb DIR -- ./app ARGS")
+    t0 = time.perf_counter()
     settings.validate()
     if check:
         check_driver()
@@ -290,9 +291,12 @@ def record(argv: Sequence[str], settings: RecordSettings, out: TextIO = sys.stde
     from mneme.ir.module import demangle
 
     progress = Progress(raw, out, demangle) if show_progress else None
+    t1 = time.perf_counter()
     rc = run_app(argv, env, progress)
+    t2 = time.perf_counter()
     outcome = postprocess(raw, Path(settings.db_dir), index=index, keep_raw=settings.keep_raw)
     outcome.complete = outcome.complete and writable
+    outcome.wall_split = {"prepare_s": t1 - t0, "app_s": t2 - t1, "postprocess_s": time.perf_counter() - t2}
     fatal = [e for e in outcome.errors if any(e.split(": ", 1)[-1].startswith(f) for f in FATAL)]
     if fatal and not any(k.instances for k in outcome.kernels):
         raise RecordError(fatal[0].split(": ", 1)[-1])
