@@ -309,7 +309,8 @@ def test_tune_command_runs_and_its_summary_parses(tmp_path):
     assert t["trials"] == 4 and t["verified_fraction"] == 0.0  # compile-only trials never verify
     assert t["tune_configs_per_s"] > 0 and t["best_config"]["block"]["x"] > 0
     assert t["failure_reasons"] == [] and isinstance(t["best_changes"], dict)
-    assert (out / "study.db").is_file() and ctune.tune_argv(db, rid, out, 4, "standard", None, resume=True)[-1] == "--resume"
+    assert (out / "study.db").is_file() and ctune.tune_argv(db, rid, out, 4, "standard", None, resume=True)[-3:] == [
+        "--resume", "--stale-after", "10"]
 
 
 def test_pick_kernels_prefers_verified_heavy_instances():

@@ -42,7 +42,9 @@ def tune_argv(db: Path, rid: str, out_dir: Path, trials: int, space: str, jobs: 
               resume: bool = False) -> List[str]:
     argv = mneme("tune", "-rdb", str(db), "-rid", rid, "--space", space, "--trials", str(trials), "--no-track",
                  "--json", "--quiet", "-o", str(out_dir))
-    return argv + (["--compile-jobs", str(jobs)] if jobs else []) + (["--resume"] if resume else [])
+    # resuming: the budget stopped the process that ran it, so its running trials are redone after 10 s
+    argv += ["--compile-jobs", str(jobs)] if jobs else []
+    return argv + (["--resume", "--stale-after", "10"] if resume else [])
 
 
 def json_object(text: str) -> Optional[Dict[str, Any]]:
