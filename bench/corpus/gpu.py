@@ -83,7 +83,7 @@ class Ctx:
         return self.work / app.name / "rdb"
 
 
-def _cut(p: stage.Proc, limit: float, wanted: float) -> bool:
+def stopped_by_budget(p: stage.Proc, limit: float, wanted: float) -> bool:
     """True when the process was stopped by the stage's budget rather than by its own limit."""
     return p.timed_out and limit < wanted
 
@@ -113,7 +113,7 @@ def last_line(text: str) -> str:
 def plain_app(app: App, budget: stage.Budget, ctx: Ctx) -> Dict[str, Any]:
     limit = budget.cap(ctx.app_timeout)
     p = stage.run([str(ctx.exe(app)), *app.argv], timeout=limit, cwd=ctx.run_dir(app, "plain"))
-    if _cut(p, limit, ctx.app_timeout):
+    if stopped_by_budget(p, limit, ctx.app_timeout):
         return {"budget_cut": True}
     o = outcome(app, p)
     row = {"app_ok_plain": o["ok"], "plain_rc": o["rc"], "plain_s": o["wall_s"], "plain_error": o["why"]}
@@ -190,7 +190,7 @@ def record_app(app: App, budget: stage.Budget, ctx: Ctx, with_plain: bool = True
     (ctx.work / app.name / "replay.json").unlink(missing_ok=True)  # it described the previous recording
     limit = budget.cap(ctx.app_timeout * 4)
     p = stage.run(record_argv(ctx, app, rdb), timeout=limit, cwd=ctx.run_dir(app, "record"))
-    if _cut(p, limit, ctx.app_timeout * 4):
+    if stopped_by_budget(p, limit, ctx.app_timeout * 4):
         return {"budget_cut": True}
     o = outcome(app, p)
     try:
@@ -258,7 +258,7 @@ def replay_app(app: App, budget: stage.Budget, ctx: Ctx, max_instances: int = 3,
                 limit = budget.cap(timeout)
                 js = out / f"{k['static_hash'][:16]}-{inst['id']}.json"
                 p = stage.run(replay_argv(ctx.rdb(app) / k["db"], inst["id"], js), timeout=limit, cwd=out)
-                if _cut(p, limit, timeout):
+                if stopped_by_budget(p, limit, timeout):
                     return {"budget_cut": True}
                 if js.is_file():
                     res = parse_replay(json.loads(js.read_text()), inst["in_app_ns"])
@@ -318,7 +318,7 @@ def parse_ncu_csv(output: str) -> Dict[str, Dict[str, Any]]:
 def ncu_app(app: App, budget: stage.Budget, ctx: Ctx, launch_count: int = 300, timeout: float = 420.0) -> Dict[str, Any]:
     limit = budget.cap(timeout)
     p = stage.run(ncu_argv(ctx.exe(app), app.argv, launch_count, ncu_path()), timeout=limit, cwd=ctx.run_dir(app, "ncu"))
-    if _cut(p, limit, timeout):
+    if stopped_by_budget(p, limit, timeout):
         return {"budget_cut": True}
     o = outcome(app, p)
     row = {"app_ok_ncu": o["ok"], "ncu_s": o["wall_s"], "ncu_error": o["why"], "ncu": parse_ncu_csv(p.output)}

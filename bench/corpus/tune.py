@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bench.corpus import stage
-from bench.corpus.gpu import Ctx, _cut, ensure_recorded, last_line, mneme
+from bench.corpus.gpu import Ctx, ensure_recorded, last_line, mneme, stopped_by_budget
 
 TRIALS = 100
 SPACE = "standard"
@@ -197,7 +197,7 @@ def tune_kernel(ctx: Ctx, app, k: Dict[str, Any], inst: Dict[str, Any], budget: 
     resume = (d / "study.db").is_file()
     limit = budget.cap(timeout)
     p = stage.run(tune_argv(db, inst["id"], d, trials, space, jobs, resume), timeout=limit, cwd=d.parent)
-    if _cut(p, limit, timeout):
+    if stopped_by_budget(p, limit, timeout):
         return None
     doc = json_object(p.output)
     if doc is None and resume:  # a study the current settings refuse to resume: start it again
@@ -205,7 +205,7 @@ def tune_kernel(ctx: Ctx, app, k: Dict[str, Any], inst: Dict[str, Any], budget: 
         d.mkdir(parents=True)
         limit = budget.cap(timeout)
         p = stage.run(tune_argv(db, inst["id"], d, trials, space, jobs), timeout=limit, cwd=d.parent)
-        if _cut(p, limit, timeout):
+        if stopped_by_budget(p, limit, timeout):
             return None
         doc = json_object(p.output)
     res = parse_tune(doc, d) if doc else {"error": f"{'timed out' if p.timed_out else 'exit ' + str(p.returncode)}: "
