@@ -36,8 +36,8 @@ def test_corpus_apply_stage_on_examples(tmp_path):
     out = tmp_path / "results"
     p = subprocess.run([sys.executable, "-m", "bench.corpus", "gpu", "--stages", "record,replay,tune,apply",
                         "--pack", str(_pack(tmp_path)), "--work", str(tmp_path / "work"), "--out", str(out),
-                        "--trials", "30", "--budget", "520", "--apply-rounds", "2", "--apply-min-speedup", "1.0"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=580)
+                        "--trials", "20", "--budget", "420", "--apply-rounds", "2", "--apply-min-speedup", "1.0"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=480)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     res = {json.loads(f.read_text())["stage"]: json.loads(f.read_text()) for f in out.glob("*.json")}
     assert set(res) == {"record", "replay", "tune", "apply"}, p.stdout[-3000:]
