@@ -6,36 +6,24 @@ success check passed on every applied run, and merge renders the Apply table."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from test_corpus_gpu import _pack
+
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "examples" / "bin"
 
 pytestmark = pytest.mark.gpu
 
 
-def _pack(tmp: Path) -> Path:
-    pack = tmp / "pack"
-    entries = []
-    for name, args in (("reduce", str(1 << 24)), ("vecadd", str(1 << 24))):
-        exe = pack / "bin" / name / name
-        exe.parent.mkdir(parents=True)
-        shutil.copy2(BIN / name, exe)
-        entries.append({"name": name, "path": "examples", "build": "make -C examples", "binary": name, "args": args,
-                        "success": "checksum=", "features": ["example"], "notes": "", "exe": f"bin/{name}/{name}"})
-    (pack / "manifest.json").write_text(json.dumps({"commit": "test", "apps": entries}))
-    return pack
-
-
 def test_corpus_apply_stage_on_examples(tmp_path):
     out = tmp_path / "results"
+    pack = _pack(tmp_path, (("reduce", str(1 << 24)), ("vecadd", str(1 << 24))))
     p = subprocess.run([sys.executable, "-m", "bench.corpus", "gpu", "--stages", "record,replay,tune,apply",
-                        "--pack", str(_pack(tmp_path)), "--work", str(tmp_path / "work"), "--out", str(out),
+                        "--pack", str(pack), "--work", str(tmp_path / "work"), "--out", str(out),
                         "--trials", "20", "--budget", "420", "--apply-rounds", "2", "--apply-min-speedup", "1.0"],
                        cwd=ROOT, capture_output=True, text=True, timeout=480)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
