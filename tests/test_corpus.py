@@ -509,7 +509,7 @@ def test_merge_and_render_the_tuning_table_beside_the_first_campaign():
     s = doc["summary"]
     assert ("tune (100 trials of standard): 2 kernels, verified fraction median 0.98, best speedup geomean 1.124 "
             "(1 >= 1.05x), every trial failed: 0, configs/s median 25.0, gpu_busy median 0.50") in s
-    assert s.endswith(merge.FIRST_TUNE) and "30 trials" in merge.FIRST_TUNE
+    assert merge.FIRST_TUNE in s and "30 trials" in merge.FIRST_TUNE
     schema.validate(doc)
     md = render.render(doc)
     assert "## Tuning" in md and "4.8 TB/s of HBM3e" in md

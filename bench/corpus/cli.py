@@ -1,6 +1,6 @@
 """`python -m bench.corpus STAGE [--apps A,B] [options]` (bash scripts/corpus.sh STAGE ...).
 
-CPU (development machine): build, pack, plan, merge.  GPU machine: plain, record, replay, tune, ncu.
+CPU (development machine): build, pack, plan, merge.  GPU machine: plain, record, replay, tune, ncu, apply.
 Every stage takes --apps (default: all) and writes one result file under --out (default $OUT, else
 .corpus/results); the GPU stages stop cleanly inside --budget seconds and print what remains.
 """
@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from bench.corpus import apps as corpus_apps
-from bench.corpus import build, gpu, merge, render, stage
+from bench.corpus import applystage, build, gpu, merge, render, stage
 from bench.corpus import tune as ctune
 from bench.corpus.apps import ROOT
 
 RESULTS = ROOT / ".corpus" / "results"
 DOC_JSON = ROOT / "docs" / "corpus.json"
 DOC_MD = ROOT / "docs" / "CORPUS.md"
-GPU_STAGES = ("plain", "record", "replay", "tune", "ncu")
+GPU_STAGES = ("plain", "record", "replay", "tune", "ncu", "apply")
 #: a device call runs at most 600 s; setting up the bundle takes some of it
 GPU_BUDGET_S = 450.0
 SCRIPT = "bash scripts/corpus.sh"
@@ -77,6 +77,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--fresh", action="store_true",
                    help="tune: redo every kernel (default: reuse the rows and studies an earlier call left in --work)")
     g.add_argument("--launch-count", type=int, default=300, help="ncu: launches profiled (default 300)")
+    g.add_argument("--apply-rounds", type=int, default=3, help="apply: observed/applied run pairs (default 3)")
+    g.add_argument("--apply-min-speedup", type=float, default=applystage.MIN_SPEEDUP,
+                   help=f"apply: kernels tuned to at least this (default {applystage.MIN_SPEEDUP})")
+    g.add_argument("--apply-check", type=int, default=0, metavar="K",
+                   help="apply: mneme apply --check K (default 0: the app's own success check is the referee)")
     m = ap.add_argument_group("merge")
     m.add_argument("--json", type=Path, default=DOC_JSON, help="corpus.json to update (default docs/corpus.json)")
     m.add_argument("--md", type=Path, default=DOC_MD, help="markdown to write (default docs/CORPUS.md)")
@@ -109,6 +114,8 @@ def run_gpu_stage(args, budget: Optional[stage.Budget] = None) -> Dict[str, Any]
         "tune": lambda a, b: ctune.tune_app(a, b, ctx, args.trials, args.space, args.top, args.min_us, args.jobs,
                                             resume=not args.fresh),
         "ncu": lambda a, b: gpu.ncu_app(a, b, ctx, args.launch_count),
+        "apply": lambda a, b: applystage.apply_app(a, b, ctx, gpu.mneme(), args.apply_rounds, args.apply_min_speedup,
+                                                   args.apply_check),
     }
     budget = budget or stage.Budget(args.budget or GPU_BUDGET_S)
     path = stage.result_path(args.out, args.stage, _tag(args))
@@ -206,7 +213,8 @@ def _tag(args) -> str:
 def _settings(args) -> Dict[str, Any]:
     keys = {"plain": ("app_timeout",), "record": ("app_timeout", "max_recordings", "retime"),
             "replay": ("max_instances",), "tune": ("trials", "space", "top", "min_us", "jobs", "fresh"),
-            "ncu": ("launch_count",)}.get(args.stage, ())
+            "ncu": ("launch_count",), "apply": ("app_timeout", "apply_rounds", "apply_min_speedup", "apply_check"),
+            }.get(args.stage, ())
     return {k: getattr(args, k) for k in keys}
 
 

@@ -111,7 +111,10 @@ def fold_ncu(app, row, res):
 
 
 def fold_apply(app, row, res):
-    app["apply"] = row.get("apply", row)
+    """bench.corpus.applystage's row: the "apply" record (null when nothing was applied) and why not."""
+    app["apply"] = row["apply"] if "apply" in row else (row if "kernels_applied" in row else None)
+    app["apply_note"] = row.get("apply_note")
+    _copy(app, row, ("apply_s",))
 
 
 def fold_other(app, row, res):
@@ -230,6 +233,12 @@ def summary(doc: Dict[str, Any]) -> str:
     if fn:
         parts.append(f"fidelity_ncu median {median(fn):.3f} over {len(fn)}")
     parts += tune_parts([k["tune"] for k in ks if k.get("tune") and k["tune"].get("trials")])
+    applied = [a["apply"] for a in apps if a.get("apply")]
+    if applied:
+        gains = [k["gain_ratio"] for ap in applied for k in ap.get("kernels", []) if k.get("gain_ratio") is not None]
+        parts.append(f"apply: {len(applied)} programs, {sum(ap.get('kernels_applied') or 0 for ap in applied)} kernels "
+                     f"applied, app ok {sum(1 for ap in applied if ap.get('app_ok'))}/{len(applied)}"
+                     + (f", realized/predicted gain median {median(gains):.2f}" if gains else ""))
     return "corpus: " + ", ".join(parts)
 
 

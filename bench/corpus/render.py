@@ -132,6 +132,7 @@ def render(doc: Dict[str, Any]) -> str:
                 num(top.get("fidelity"), ".3f"), us(top.get("ncu_ns") or k.get("ncu_ns")),
                 num(top.get("fidelity_ncu"), ".3f"), yn(k.get("verified")), tune]) + " |")
     lines += tuning_table(doc)
+    lines += apply_section(doc)
     return "\n".join(lines) + "\n"
 
 
@@ -180,4 +181,36 @@ def tuning_table(doc: Dict[str, Any]) -> List[str]:
         for app, k, r in fails:
             lines.append(f"- **{app}** `{cell((k.get('demangled') or k['name'])[:60])}`: {r['count']} x {r['status']}: "
                          f"{cell(r['reason'])}")
+    return lines
+
+
+APPLY_HEADER = """## Apply
+
+The `apply` stage (`mneme apply`, docs/APPLY.md) runs each program whose tune found at least 1.05x on a
+kernel with the tuned kernels swapped in at launch, no rebuild: observed and applied runs alternate
+(3 rounds), the matched launches timed in both with the recorder's in-app timer. predicted = the tune's
+replay speedup, realized = in-app original / tuned median, gain share = (realized - 1) / (predicted - 1);
+app ok = the corpus's success check passed on every applied run.
+"""
+
+
+def apply_section(doc: Dict[str, Any]) -> List[str]:
+    rows = [a for a in doc["apps"] if "apply" in a.get("stages", {})]
+    if not rows:
+        return []
+    lines = ["", APPLY_HEADER,
+             "| app | kernels applied | app ok | wall speedup | kernel | predicted | realized | gain share |",
+             "|---|---:|---|---:|---|---:|---:|---:|"]
+    for a in rows:
+        ap = a.get("apply")
+        if not ap:
+            lines.append(f"| {a['name']} | - | - | - | {cell(a.get('apply_note') or 'nothing applied')} | - | - | - |")
+            continue
+        ks = ap.get("kernels") or [{}]
+        for i, k in enumerate(ks):
+            head = [a["name"], num(ap.get("kernels_applied"), "d"), yn(ap.get("app_ok")),
+                    num(ap.get("wall_speedup"), ".3f", "x")] if i == 0 else ["", "", "", ""]
+            lines.append("| " + " | ".join(head + [
+                cell((k.get("kernel") or "-").split("(")[0][:60]), num(k.get("predicted"), ".3f", "x"),
+                num(k.get("realized"), ".3f", "x"), num(k.get("gain_ratio"), ".0%")]) + " |")
     return lines

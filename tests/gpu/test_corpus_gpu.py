@@ -20,10 +20,11 @@ BIN = ROOT / "examples" / "bin"
 pytestmark = pytest.mark.gpu
 
 
-def _pack(tmp: Path) -> Path:
+def _pack(tmp: Path, apps=(("matmul", "1024"), ("graph", ""))) -> Path:
+    """A pack of example apps (name, arguments), as `corpus.sh pack` writes one."""
     pack = tmp / "pack"
     entries = []
-    for name, args in (("matmul", "1024"), ("graph", "")):
+    for name, args in apps:
         exe = pack / "bin" / name / name
         exe.parent.mkdir(parents=True)
         shutil.copy2(BIN / name, exe)
