@@ -1095,6 +1095,13 @@ CUresult mn_cu_stream_begin_capture(const mn_ip_slot *s, CUstream st, CUstreamCa
   return r;
 }
 
+/* The CUDA 10.0 ABI: no mode (the driver captures in global mode). */
+CUresult mn_cu_stream_begin_capture_v1(const mn_ip_slot *s, CUstream st) {
+  CUresult r = ((PFN_cuStreamBeginCapture_v10000)s->real)(st);
+  capture_begin(r);
+  return r;
+}
+
 CUresult mn_cu_stream_begin_capture_to_graph(const mn_ip_slot *s, CUstream st, CUgraph g, const CUgraphNode *deps,
                                              const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode) {
   CUresult r = ((PFN_cuStreamBeginCaptureToGraph_v12030)s->real)(st, g, deps, data, n, mode);

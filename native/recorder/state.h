@@ -315,6 +315,7 @@ CUresult mn_cu_tex_object_destroy(const mn_ip_slot *slot, CUtexObject t);
 CUresult mn_cu_surf_object_create(const mn_ip_slot *slot, CUsurfObject *t, const CUDA_RESOURCE_DESC *r);
 CUresult mn_cu_surf_object_destroy(const mn_ip_slot *slot, CUsurfObject t);
 CUresult mn_cu_stream_begin_capture(const mn_ip_slot *slot, CUstream s, CUstreamCaptureMode mode);
+CUresult mn_cu_stream_begin_capture_v1(const mn_ip_slot *slot, CUstream s);
 CUresult mn_cu_stream_begin_capture_to_graph(const mn_ip_slot *slot, CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode);
 CUresult mn_cu_stream_end_capture(const mn_ip_slot *slot, CUstream s, CUgraph *g);
 CUresult mn_cu_graph_add_kernel_node_v1(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_KERNEL_NODE_PARAMS_v1 *p);
