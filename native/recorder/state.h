@@ -34,6 +34,11 @@
 #define MN_DEFAULT_HOST_BASE 0x100000000000ULL
 #define MN_DEFAULT_HOST_BYTES (1ULL << 30)
 #define MN_DEVICE_ALIGN 256
+/* Mapped device memory kept free below the first allocation and behind the last one. cudaMalloc's
+ * memory has the driver's own allocations around it, so kernels that read a row before or after their
+ * buffers (Rodinia's srad reads J[-cols + tx] for its top row and overwrites the value) run fine plain;
+ * in an arena whose first allocation sat at the very start of the mapping they faulted (illegal address). */
+#define MN_ARENA_GUARD (2ULL << 20)
 #define MN_HOST_ALIGN 4096
 #define MN_MERGE_GAP 16
 

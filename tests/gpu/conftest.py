@@ -34,6 +34,7 @@ SMALL: Dict[str, List[str]] = {
     "cooperative": ["cooperative"],
     "shlib": ["shlib"],
     "driverapi": ["driverapi"],  # cuLaunchKernel from cudaGetDriverEntryPoint: recorded at the driver too
+    "halo": ["halo"],  # reads a row before its first allocation; a weak_odr template kernel (-fgpu-rdc)
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {
