@@ -244,3 +244,69 @@ def test_device_virtual_functions_in_several_files_device_link(tmp_path):
         nvcc("-arch=sm_90", "-dc", f"{src}.cu", "-o", f"{src}.o", cwd=tmp_path)
     nvcc("-arch=sm_90", "a.o", "b.o", "-o", "app", cwd=tmp_path)
     assert (tmp_path / "app").exists()
+
+
+CUB_PROGRAM = r"""
+#include <cub/device/device_reduce.cuh>
+
+template <int N>
+__global__ void scale(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= N;
+}
+
+void run(float *x, float *sum, void *tmp, size_t bytes, int n) {
+  scale<2><<<(n + 255) / 256, 256>>>(x, n);
+  cub::DeviceReduce::Sum(tmp, bytes, x, sum, n);
+}
+"""
+
+
+def fatbin_kernels(obj: Path) -> set:
+    """Kernel names of every cubin in the object's .nv_fatbin (a kernel has a .nv.info.<name> section)."""
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    with open(obj, "rb") as fh:
+        data = ELFFile(fh).get_section_by_name(".nv_fatbin").data()
+    names, cubins = set(), 0
+    for m in re.finditer(rb"\x7fELF", data):
+        cubin = ELFFile(io.BytesIO(data[m.start():]))
+        names |= {s.name[len(".nv.info."):] for s in cubin.iter_sections() if s.name.startswith(".nv.info.")}
+        cubins += 1
+    assert cubins == 2, f"one cubin per architecture, found {cubins}"
+    return names
+
+
+@pytest.mark.slow
+def test_cub_kernels_in_the_ir_are_named_as_in_the_device_code_for_several_archs(tmp_path):
+    """CCCL names its namespace after __CUDA_ARCH_LIST__ (cub::CUB_300001_SM_800_900); the IR compile,
+    for the first architecture only, once defined it as 800 and no recorded CUB/Thrust kernel had IR
+    (the corpus's radixSortThrust)."""
+    (tmp_path / "cubsum.cu").write_text(CUB_PROGRAM)
+    nvcc("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90", "-c", "cubsum.cu",
+         "-o", "cubsum.o", cwd=tmp_path)
+    ir = {k for m in read_embedded(tmp_path / "cubsum.o") for k in module_kernels(parse_module(m.bitcode))}
+    assert any("CUB_300001_SM_800_900" in k for k in ir), sorted(ir)
+    assert "_Z5scaleILi2EEvPfi" in ir
+    assert ir == fatbin_kernels(tmp_path / "cubsum.o")
+
+
+def test_cuda_arch_list_is_clangs(tmp_path):
+    """The IR compile defines __CUDA_ARCH_LIST__ as clang does for the build's own compile."""
+    from mneme.cc.toolchain import Toolchain, cuda_arch_list
+
+    assert cuda_arch_list(["sm_90", "sm_75", "sm_100a", "sm_90"]) == "750,900,1000"
+    tc = Toolchain.locate()
+    (tmp_path / "a.cu").write_text("int x = __CUDA_ARCH_LIST__;\n")
+    archs = ["sm_90", "sm_75", "sm_100a"]
+    cmd = [tc.clang] + tc.cuda_flags(archs) + ["--cuda-host-only", "-E", "-dM", str(tmp_path / "a.cu")]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert f"#define __CUDA_ARCH_LIST__ {cuda_arch_list(archs)}" in p.stdout.splitlines()
+    ir = subprocess.run([tc.clang] + tc.ir_flags("sm_75", archs) + ["-E", "-dM", str(tmp_path / "a.cu"), "-o", "-"],
+                        capture_output=True, text=True)
+    assert ir.returncode == 0, ir.stderr
+    lines = ir.stdout.splitlines()
+    assert f"#define __CUDA_ARCH_LIST__ {cuda_arch_list(archs)}" in lines and "#define __CUDA_ARCH__ 750" in lines

@@ -522,6 +522,30 @@ def test_merge_and_render_the_tuning_table_beside_the_first_campaign():
     assert merge.merge(doc, [cut], ["A", "B"])["apps"][0]["best_speedup"] == 1.25  # a cut call keeps what was
 
 
+LONG_ERROR = ("mneme replay: error: /work/main/.corpus/work/reduction/rdb/" + "b6" * 32 + ".json: its IR module(s) "
+              "/work/main/.corpus/work/reduction/rdb/RecordedIR_" + "b6" * 32 + ".bc hash to static hash "
+              "0123456789abcdef..., the DB records fedcba9876543210...: the IR was changed after recording or "
+              "belongs to another kernel; restore it or record again")
+
+
+def test_a_replay_error_is_kept_whole_in_the_json_and_short_in_the_table():
+    """The campaign's first run cut these to 200 characters, before the reason ('hash to static hash ...')."""
+    proc = stage.Proc(argv=["mneme"], returncode=2, output="some progress\n" + LONG_ERROR + "\n", seconds=1.0, timed_out=False)
+    assert gpu.last_line(proc.output) == LONG_ERROR
+    assert gpu.parse_replay({"result": {"status": "error", "error": LONG_ERROR}}, None)["error"] == LONG_ERROR
+    assert gpu.last_line("x" * (gpu.MAX_ERROR_CHARS + 10)).endswith("(10 more characters)")
+    res = synthetic()
+    res[2]["apps"]["A"]["replay"][0]["replayed"] = [
+        {"id": i, "in_app_ns": 5e4, "status": "error", "replay_ns": None, "fidelity": None, "error": LONG_ERROR}
+        for i in ("i1", "i2")]
+    doc = merge.merge(None, res, ["A"])
+    assert doc["apps"][0]["not_replayable"]["k(float*)"] == "replay error: " + LONG_ERROR
+    md = render.render(doc)
+    (line,) = [x for x in md.splitlines() if "k(float*)` not replayable" in x]
+    assert "hash to static hash 0123456789abcdef" in line and "/work/main" not in line and "b6" * 7 not in line
+    assert "(whole in corpus.json)" in line and len(line) < 400, line
+
+
 def test_merge_cli_writes_both_documents(tmp_path):
     rdir = tmp_path / "results"
     rdir.mkdir()

@@ -34,6 +34,7 @@ def built(tmp_path_factory) -> Path:
     cc("-fPIC", "-shared", "-fvisibility=hidden", f"-I{ROOT / 'native' / 'interpose'}", "-o", str(d / "libuser.so"),
        str(ROOT / "native" / "interpose" / "interpose.c"), str(DATA / "user.c"), "-ldl", "-lpthread")
     cc("-o", str(d / "probe"), str(DATA / "probe.c"), "-ldl")
+    cc("-o", str(d / "old_abis"), str(DATA / "old_abis.c"), "-ldl")
     return d
 
 
@@ -131,13 +132,24 @@ DEFINE = re.compile(r"MN_IP_DEFINE\((\w+),\s*PFN_(\w+)_v(\d+),")
 
 
 def pfn_versions() -> Dict[str, List[int]]:
+    return {name: sorted(v) for name, v in pfn_prototypes().items()}
+
+
+def pfn_prototypes() -> Dict[str, Dict[int, str]]:
+    """{name: {version: parameter list}} of every PFN_<name>_v<version> typedef of cudaTypedefs.h,
+    the older ABIs declared under __CUDA_API_VERSION_INTERNAL included."""
     text = (CUDA / "include" / "cudaTypedefs.h").read_text()
-    out: Dict[str, List[int]] = {}
-    for name, v in re.findall(r"\bPFN_(\w+?)_v(\d+)\b(?!_pt)", text):
-        out.setdefault(name, [])
-        if int(v) not in out[name]:
-            out[name].append(int(v))
-    return {k: sorted(v) for k, v in out.items()}
+    out: Dict[str, Dict[int, str]] = {}
+    for name, v, params in re.findall(r"\*PFN_(\w+?)_v(\d+)\)\s*\(([^;]*)\);", text):
+        out.setdefault(name, {}).setdefault(int(v), params)
+    return out
+
+
+def narrow(params: str) -> bool:
+    """A 32-bit-era ABI (before CUDA 3.2): 32-bit device pointers or `unsigned int` byte counts. No
+    CUDA 12+ runtime asks for these; every other ABI of a wrapped name must have a wrapper."""
+    return "_v1 *dptr" in params or "CUdeviceptr_v1" in params or bool(
+        re.search(r"unsigned int\s*\*?\s*(bytesize|bytes|ByteCount|pPitch|WidthInBytes)\b", params))
 
 
 TABLES = [ROOT / "native" / "interpose" / "interpose.c", DATA / "user.c", ROOT / "native" / "recorder" / "driver.c"]
@@ -161,6 +173,27 @@ def test_each_entry_covers_exactly_the_versions_of_its_prototype(path):
         assert int(hi) == expected_hi, f"{name}: the ABI of {pfn_version} ends at {expected_hi or 'no later version'}"
 
 
+@pytest.mark.parametrize("path", [ROOT / "native" / "recorder" / "driver.c", ROOT / "native" / "apply" / "hook.c"],
+                         ids=lambda p: p.name)
+def test_every_abi_a_runtime_can_ask_for_has_a_wrapper(path):
+    """The campaign's recorder logged `driver entry point left unwrapped` for cuDevicePrimaryCtxRelease /
+    Reset (asked at 7000, the pre-_v2 ABI) and cuStreamBeginCapture (10000, no mode argument)."""
+    entries = ENTRY.findall(path.read_text())
+    protos = pfn_prototypes()
+    missing = []
+    for name in sorted({e[1] for e in entries}):
+        ranges = [(int(lo), int(hi)) for _, n, _, lo, hi in entries if n == name]
+        for v, params in protos[name].items():
+            if not narrow(params) and not any(lo <= v and (hi == 0 or v < hi) for lo, hi in ranges):
+                missing.append(f"{name} v{v} ({params})")
+    assert not missing, missing
+    if path.name == "driver.c":
+        covered = {(n, int(lo)) for _, n, _, lo, _ in entries}
+        assert {("cuDevicePrimaryCtxRelease", 7000), ("cuDevicePrimaryCtxReset", 7000),
+                ("cuStreamBeginCapture", 10000)} <= covered
+    assert narrow(protos["cuMemAlloc"][2000]) and not narrow(protos["cuStreamBeginCapture"][10000])
+
+
 @pytest.mark.parametrize("linkage", ["static", "shared"])
 def test_librecord_engages_for_both_runtimes(built, cudart_apps, linkage, tmp_path):
     """Before the driver-level recorder, a static-runtime app never reached librecord: no log at all."""
@@ -180,3 +213,31 @@ def test_librecord_engages_for_both_runtimes(built, cudart_apps, linkage, tmp_pa
     ev = [json.loads(x) for x in log.read_text().splitlines()]
     assert ev[0]["ev"] == "start" and ev[0]["exe"] == str(app.resolve())
     assert ev[-1]["ev"] == "exit"
+
+
+def test_librecord_wraps_the_older_abis_runtimes_still_ask_for(built, tmp_path):
+    """Each older ABI comes back as librecord's wrapper, reaches the driver's function of that ABI with
+    the caller's arguments, and no `left unwrapped` warning is logged."""
+    import json
+
+    from mneme.record.runner import find_librecord
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_") and k != "LD_PRELOAD"}
+    env.update(LD_LIBRARY_PATH=str(built / "fake"), LD_PRELOAD=str(find_librecord()), MNEME_RECORD_DIR=str(raw))
+    rec = subprocess.run([str(built / "old_abis")], env=env, capture_output=True, text=True, timeout=60)
+    assert rec.returncode == 0, rec.stderr
+    got = dict(line.split(" ", 1) for line in rec.stdout.splitlines())
+    assert len(got) == 7, rec.stdout
+    assert all(v.endswith("in=librecord.so") and "r=0" in v for v in got.values()), rec.stdout
+    err = rec.stderr.splitlines()
+    for line in ("driver cuDevicePrimaryCtxRelease v1 dev=0", "driver cuDevicePrimaryCtxRelease v2 dev=1",
+                 "driver cuDevicePrimaryCtxReset v1 dev=2", "driver cuStreamBeginCapture v1 stream=0x5",
+                 "driver cuStreamBeginCapture v2 stream=0x6 mode=2", "driver cuCtxDestroy v1 ctx=0x7",
+                 "driver cuMemHostRegister v1 n=64 flags=0"):
+        assert line in err, rec.stderr
+    (log,) = raw.glob("r0-p*.jsonl")
+    events = [json.loads(x) for x in log.read_text().splitlines()]
+    assert events[-1]["ev"] == "exit"
+    assert not [e for e in events if "unwrapped" in str(e.get("what", ""))], events

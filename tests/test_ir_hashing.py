@@ -75,3 +75,27 @@ def test_hashing_leaves_the_module_and_its_context_alone(build):
     static_hash(mod, kinds)
     assert str(mod) == before and "%struct.Outer = type" in before
     assert kernel_params(mod, kinds) == params
+
+
+TEMPLATE_KERNELS = ["_Z6reduceILj256ELb1EEvPKfPfj", "_Z6reduceILj32ELb0EEvPKfPfj"]
+
+
+@pytest.mark.parametrize("kernel", TEMPLATE_KERNELS)
+def test_a_template_kernel_hashes_the_same_recorded_and_linked_for_replay(build, kernel):
+    """The recorder hashes the kernel's closure as extracted (with -fgpu-rdc a template instantiation is
+    weak_odr); replay hashes the module it compiles, where internalize made the kernel external. Before
+    the kernel's linkage was left out of the print, every template kernel of relocatable device code
+    failed replay with `its IR module(s) ... hash to static hash ..., the DB records ...` (the corpus's
+    reduction and threadFenceReduction, CMake's CUDA_SEPARABLE_COMPILATION)."""
+    from mneme.ir import module_kernels
+
+    bc = build("template.cu", rdc=True)
+    mod = parse_module(bc)
+    assert set(TEMPLATE_KERNELS) <= set(module_kernels(mod))
+    assert mod.get_function(kernel).linkage == llvm.Linkage.weak_odr
+    recorded = static_hash(mod, kernel)
+    replayed = link_modules([bc], kernel, prune=True, internalize=True)
+    assert replayed.get_function(kernel).linkage == llvm.Linkage.external
+    assert static_hash(replayed, kernel) == recorded
+    other = next(k for k in TEMPLATE_KERNELS if k != kernel)
+    assert static_hash(mod, other) != recorded

@@ -57,6 +57,9 @@ def lib(built):
     L.mn_arena_largest_free.argtypes = [ctypes.POINTER(Arena)]
     L.mn_arena_largest_free.restype = ctypes.c_uint64
     L.mn_arena_destroy.argtypes = [ctypes.POINTER(Arena)]
+    L.mn_arena_keep_front.argtypes = [ctypes.POINTER(Arena), ctypes.c_uint64]
+    L.mn_capture_verdict.argtypes = [ctypes.c_int, ctypes.c_int]
+    L.mn_arena_contains.argtypes = [ctypes.POINTER(Arena), ctypes.c_uint64]
     L.mn_pitch.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
     L.mn_pitch.restype = ctypes.c_uint64
     L.mn_rank_selected.argtypes = [ctypes.c_char_p, ctypes.c_int]
@@ -104,6 +107,38 @@ def test_arena_aligns_every_allocation(lib):
     assert not lib.mn_arena_find(ctypes.byref(a), addrs[3] + 300), "padding after an allocation belongs to no one"
     assert not lib.mn_arena_find(ctypes.byref(a), BASE - 1)
     lib.mn_arena_destroy(ctypes.byref(a))
+
+
+def test_arena_keeps_a_guard_below_its_first_allocation(lib):
+    """srad (Rodinia) reads a row before its first buffer; at the arena's first byte that faulted."""
+    a = new_arena(lib, size=1 << 16)
+    assert lib.mn_arena_keep_front(ctypes.byref(a), 4000) == 0
+    x = lib.mn_arena_alloc(ctypes.byref(a), 1000)
+    assert x == BASE + 4096, "rounded up to the alignment"
+    assert lib.mn_arena_contains(ctypes.byref(a), BASE) == 1, "inside the range: mapped, and replay maps it too"
+    assert not lib.mn_arena_find(ctypes.byref(a), BASE), "the guard belongs to no allocation"
+    assert lib.mn_arena_largest_free(ctypes.byref(a)) == (1 << 16) - 4096 - 1024
+    assert lib.mn_arena_free(ctypes.byref(a), x, None) == 0
+    assert free_list(a) == [(4096, (1 << 16) - 4096)], "a free never gives the guard back"
+    assert lib.mn_arena_keep_front(ctypes.byref(a), 256) == -1, "only on a fresh arena"
+    lib.mn_arena_destroy(ctypes.byref(a))
+    b = new_arena(lib, size=8192)
+    assert lib.mn_arena_keep_front(ctypes.byref(b), 8192) == -1, "a guard must leave room"
+    lib.mn_arena_destroy(ctypes.byref(b))
+
+
+# CUresult values (cuda.h)
+CUDA_SUCCESS, CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED = 0, 700, 719
+CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 906, 901
+
+
+def test_a_context_error_is_not_counted_as_a_capture_elsewhere(lib):
+    """After srad_cuda_1 faulted under the recorder, every later cuStreamIsCapturing failed with the
+    context's error and the launches were counted 'launched while another stream was being captured'."""
+    v = lib.mn_capture_verdict
+    assert v(CUDA_SUCCESS, 0) == 0 and v(CUDA_SUCCESS, 1) == 1
+    assert v(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, 0) == 2 and v(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, 0) == 2
+    assert v(CUDA_ERROR_ILLEGAL_ADDRESS, 0) == 3 and v(CUDA_ERROR_LAUNCH_FAILED, 1) == 3
 
 
 def test_arena_best_fit_takes_the_smallest_hole(lib):

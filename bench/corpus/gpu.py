@@ -103,9 +103,22 @@ def outcome(app: App, p: stage.Proc) -> Dict[str, Any]:
     return {"ok": ok, "rc": p.returncode, "wall_s": round(p.seconds, 3), "why": why}
 
 
+#: an error text kept in the results is cut only beyond this (CORPUS.md shows a short form:
+#: bench.corpus.render.short_reason); the JSON keeps the reason whole
+MAX_ERROR_CHARS = 4000
+
+
+def full_error(text: str) -> str:
+    text = text.strip()
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[:MAX_ERROR_CHARS] + f" ... ({len(text) - MAX_ERROR_CHARS} more characters)"
+
+
 def last_line(text: str) -> str:
+    """The output's last non-empty line, whole (mneme's errors are one line: `mneme replay: error: ...`)."""
     lines = [x.strip() for x in text.splitlines() if x.strip()]
-    return lines[-1][:200] if lines else ""
+    return full_error(lines[-1]) if lines else ""
 
 
 # ---- plain ---------------------------------------------------------------------------------------
@@ -255,7 +268,7 @@ def parse_replay(doc: Dict[str, Any], in_app_ns: Optional[float]) -> Dict[str, A
     fid = r.get("fidelity") or (med / in_app_ns if med and in_app_ns else None)
     return {"status": r.get("status") or "unknown", "replay_ns": med, "replay_min_ns": min(times) if times else None,
             "fidelity": round(fid, 4) if fid else None, "registers": r.get("reg_usage"),
-            "error": (r.get("error") or None) and str(r["error"])[:300], "code_hash": r.get("code_hash")}
+            "error": (r.get("error") or None) and full_error(str(r["error"])), "code_hash": r.get("code_hash")}
 
 
 def replay_app(app: App, budget: stage.Budget, ctx: Ctx, max_instances: int = 3,

@@ -3,6 +3,7 @@ miss with its cause, and one row per recorded kernel."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional
 
 from bench.corpus.gpu import MIN_TIMED_NS, median
@@ -54,15 +55,36 @@ def cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
+#: how long a reason may be in CORPUS.md; docs/corpus.json has it whole
+SHORT_REASON_CHARS = 240
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s/:,()']+/)+([^\s/:,()']+)")
+_HASH = re.compile(r"(?<![0-9a-f])([0-9a-f]{12})[0-9a-f]{52}(?![0-9a-f])")
+_PREFIX = re.compile(r"^(?:replay \w+: )?mneme \w+: error: ")
+
+
+def short_reason(text: Any) -> str:
+    """A reason for the table: paths reduced to their file names, 64-digit hashes to 12, `mneme X: error:`
+    dropped, at most
+    SHORT_REASON_CHARS (cut at a word, marked `…`)."""
+    s = str(text)
+    m = re.match(r"^(replay \w+: )", s)
+    s = (m.group(1) if m else "") + _PREFIX.sub("", s)
+    s = _HASH.sub(r"\1…", _PATH.sub(r"\1", s))
+    if len(s) > SHORT_REASON_CHARS:
+        cut = s.rfind(" ", 0, SHORT_REASON_CHARS)
+        s = s[: cut if cut > SHORT_REASON_CHARS // 2 else SHORT_REASON_CHARS].rstrip(" ,;:") + " … (whole in corpus.json)"
+    return s
+
+
 def misses(app: Dict[str, Any]) -> List[str]:
     """Each way the app fell short, with its cause."""
     out = []
     if app["built_unmodified"] is False:
-        out.append(f"build failed: {app.get('build_error') or 'no error line'}")
+        out.append(f"build failed: {short_reason(app.get('build_error') or 'no error line')}")
     if app["app_ok_plain"] is False:
-        out.append(f"plain run failed: {app.get('plain_error')}")
+        out.append(f"plain run failed: {short_reason(app.get('plain_error'))}")
     if app["app_ok_recorded"] is False:
-        out.append(f"recorded run failed: {app.get('record_error')}")
+        out.append(f"recorded run failed: {short_reason(app.get('record_error'))}")
     if app["recorded"] is False:
         why = "no kernel was recorded with IR"
         if app.get("kernels_no_ir"):
@@ -71,13 +93,13 @@ def misses(app: Dict[str, Any]) -> List[str]:
             why += " (no kernel launch seen by the recorder)"
         out.append(why)
     for k, reason in app.get("not_replayable", {}).items():
-        out.append(f"kernel `{k}` not replayable: {reason}")
+        out.append(f"kernel `{k}` not replayable: {short_reason(reason)}")
     for k in app["kernels"]:
         if k.get("verified") is False and (k.get("demangled") or k["name"]) not in app.get("not_replayable", {}):
             st = sorted({i.get("status") for i in k.get("instances", []) if i.get("status") not in (None, "verified")})
             out.append(f"kernel `{k.get('demangled') or k['name']}` replayed but not verified: {', '.join(st)}")
     for st, err in (app.get("stage_errors") or {}).items():
-        out.append(f"stage {st} raised: {err}")
+        out.append(f"stage {st} raised: {short_reason(err)}")
     if app.get("tune_note") and "tune" in app["stages"]:
         out.append(f"tune: {app['tune_note']}")
     return out

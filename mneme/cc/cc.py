@@ -104,7 +104,7 @@ class Driver:
             return
         with tempfile.TemporaryDirectory(prefix="mneme-cc-") as tmp:
             bc = os.path.join(tmp, "device.bc")
-            ir_cmd = [self.tc.clang] + self.tc.ir_flags(self.archs[0]) + self.inv.ir_flags() + cuid
+            ir_cmd = [self.tc.clang] + self.tc.ir_flags(self.archs[0], self.archs) + self.inv.ir_flags() + cuid
             ir_cmd += [src.path, "-o", bc]
             self._show(ir_cmd)
             ir_proc = subprocess.Popen(ir_cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -8,10 +8,11 @@ gives none of that; these flags do (see docs/CC.md and TOOLCHAIN.md).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from mneme.errors import ConfigurationError
 
@@ -70,6 +71,14 @@ def find_ld() -> str:
     return hit
 
 
+def cuda_arch_list(archs: Sequence[str]) -> str:
+    """`__CUDA_ARCH_LIST__` as clang-22 (and nvcc) defines it for a compile with these architectures:
+    their numbers times ten, ascending, without repeats (sm_75, sm_100a, sm_90 -> "750,900,1000");
+    "" when none is an NVIDIA architecture."""
+    nums = {int(m.group(1)) * 10 for a in archs if (m := re.match(r"(?:sm|compute)_(\d+)", a))}
+    return ",".join(str(n) for n in sorted(nums))
+
+
 @dataclass(frozen=True)
 class Toolchain:
     clang: str
@@ -107,13 +116,19 @@ class Toolchain:
         flags += ["-include", str(self.include / "mneme" / "nvcc_compat.h")]
         return flags + self.common_flags()
 
-    def ir_flags(self, arch: str) -> List[str]:
+    def ir_flags(self, arch: str, all_archs: Sequence[str] = ()) -> List[str]:
         """Device-only, pre-optimization bitcode: -O3 without running LLVM's passes, so the IR carries no
-        `optnone` and replay's pipeline decides every optimization (docs/CC.md)."""
+        `optnone` and replay's pipeline decides every optimization (docs/CC.md).
+
+        The bitcode is compiled for `arch` alone, but `__CUDA_ARCH_LIST__` must be the one of the
+        build's own compile (`all_archs`): CCCL names its namespaces after it
+        (`cub::CUB_300001_SM_750_800_..._1200`), so with a one-arch list every CUB/Thrust kernel of
+        the IR would be named differently from the kernels the app loads."""
+        listed = cuda_arch_list(list(all_archs) or [arch])
         return self.cuda_flags([arch]) + [
             "--cuda-device-only", "-emit-llvm", "-c", "-O3", "-Xclang", "-disable-llvm-optzns",
             "-fno-discard-value-names", "-w",
-        ]
+        ] + (["-U__CUDA_ARCH_LIST__", f"-D__CUDA_ARCH_LIST__={listed}"] if listed else [])
 
     def cudart_flags(self, cudart: str = "shared") -> List[str]:
         """Link flags of the CUDA runtime: "shared" (with an rpath), "static" (what nvcc and CMake
@@ -136,8 +151,6 @@ class Toolchain:
 
     def version(self) -> tuple:
         """(major, minor) of the CUDA root, from CUDA_VERSION in include/cuda.h (e.g. 13000 -> (13, 0))."""
-        import re
-
         try:
             text = (self.cuda / "include" / "cuda.h").read_text(errors="replace")
         except OSError:

@@ -4,6 +4,8 @@ The static hash is taken over a canonical print of the kernel's pruned closure, 
 in every process and does not move when code the kernel cannot reach changes:
 - pruning drops other kernels, their helpers and variables, and llvm.(compiler.)used;
 - helper functions get external linkage for the print, so stripping keeps their (mangled) names;
+- so does the kernel: replay's internalize makes a weak_odr kernel (a template instantiated with
+  -fgpu-rdc) external, and the module it compiles must hash as the recorded closure did;
 - debug info (with its module flags), local value names and struct type names are stripped (line shifts, `-g`, renamed
   locals and `%struct.T.195` suffixes from a shared LLVM context change no code);
 - module identity (source_filename, llvm.ident) is dropped;
@@ -81,9 +83,11 @@ def canonical_ir(mod: llvm.ModuleRef, kernel_name: str) -> str:
     # a private copy, not a clone: stripping renames struct types, which belong to the context
     c = prune(llvm.parse_bitcode(mod.as_bitcode(), context=new_context()), [kernel_name])
     for fn in c.functions:
-        if not fn.is_declaration and fn.name != kernel_name:
+        if fn.is_declaration:
+            continue
+        if fn.name != kernel_name:
             fn.visibility = llvm.Visibility.default
-            fn.linkage = llvm.Linkage.external
+        fn.linkage = llvm.Linkage.external
     pm = llvm.create_new_module_pass_manager()
     pm.add_strip_symbols_pass()
     pm.run(c, pass_builder(target_machine()))

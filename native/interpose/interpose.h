@@ -33,6 +33,16 @@
 
 #define MN_IP_SLOTS 3
 
+/* Prototypes of older ABIs that cudaTypedefs.h declares only under __CUDA_API_VERSION_INTERNAL (the
+ * same declarations: C11 allows a typedef to be repeated). CUDA 12/13 runtimes still ask
+ * cuGetProcAddress for some of them (cuDevicePrimaryCtxRelease at 7000, cuStreamBeginCapture at 10000);
+ * only the 32-bit-size ABIs (CUdeviceptr_v1, unsigned int byte counts) are never wrapped. */
+typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxRelease_v7000)(CUdevice_v1 dev);
+typedef CUresult (CUDAAPI *PFN_cuDevicePrimaryCtxReset_v7000)(CUdevice_v1 dev);
+typedef CUresult (CUDAAPI *PFN_cuStreamBeginCapture_v10000)(CUstream hStream);
+typedef CUresult (CUDAAPI *PFN_cuCtxDestroy_v2000)(CUcontext ctx);
+typedef CUresult (CUDAAPI *PFN_cuMemHostRegister_v4000)(void *p, size_t bytesize, unsigned int Flags);
+
 typedef struct mn_ip_slot {
   void *real;   /* the driver's entry point this wrapper forwards to; NULL while unused */
   int ptsz;     /* 1: the per-thread-default-stream variant */

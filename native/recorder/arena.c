@@ -41,6 +41,14 @@ int mn_arena_init(mn_arena *a, uint64_t base, uint64_t size, uint64_t align) {
   return 0;
 }
 
+int mn_arena_keep_front(mn_arena *a, uint64_t bytes) {
+  uint64_t n = mn_round_up(bytes, a->align);
+  if (a->nlive || a->nfree != 1 || a->free[0].addr != a->base || (bytes && n == 0) || n >= a->free[0].size) return -1;
+  a->free[0].addr += n;
+  a->free[0].size -= n;
+  return 0;
+}
+
 void mn_arena_destroy(mn_arena *a) {
   free(a->free);
   free(a->live);

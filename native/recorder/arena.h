@@ -27,6 +27,10 @@ typedef struct mn_arena {
 /* `align` must be a power of two; base is used as given. Returns 0, or -1 on bad arguments/no memory. */
 int mn_arena_init(mn_arena *a, uint64_t base, uint64_t size, uint64_t align);
 void mn_arena_destroy(mn_arena *a);
+/* Keeps the first `bytes` (rounded up to the alignment) of a fresh arena out of every allocation: a
+ * guard below the first allocation, still inside the range (so mapped wherever the range is). 0, or -1
+ * when the arena already served an allocation or the guard would not leave room for one. */
+int mn_arena_keep_front(mn_arena *a, uint64_t bytes);
 /* Address of a new allocation of `size` bytes (> 0), or 0 when no free block is large enough. */
 uint64_t mn_arena_alloc(mn_arena *a, uint64_t size);
 /* Frees the allocation that starts at `addr`; 0, or -1 when `addr` starts no live allocation.

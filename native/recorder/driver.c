@@ -2,7 +2,8 @@
  * (the real entry point and its stream variant) and calls the mn_cu_* function that does the work
  * (memory.c, recorder.c, launch.c). An entry's versions are those whose prototype it has
  * (tests/test_interpose.py checks them against cudaTypedefs.h); requests outside them are handed out
- * unwrapped and logged as a warning naming the entry point. */
+ * unwrapped and logged as a warning naming the entry point. Older ABIs with the same parameters share the
+ * mn_cu_* function (it calls the slot's real pointer, which is the older entry point). */
 #include "state.h"
 
 MN_IP_DEFINE(mem_alloc, PFN_cuMemAlloc_v3020, mn_cu_mem_alloc, (CUdeviceptr *p, size_t n), p, n)
@@ -15,6 +16,7 @@ MN_IP_DEFINE(mem_alloc_managed, PFN_cuMemAllocManaged_v6000, mn_cu_mem_alloc_man
 MN_IP_DEFINE(mem_alloc_host, PFN_cuMemAllocHost_v3020, mn_cu_mem_alloc_host, (void **p, size_t n), p, n)
 MN_IP_DEFINE(mem_host_alloc, PFN_cuMemHostAlloc_v2020, mn_cu_mem_host_alloc, (void **p, size_t n, unsigned int f), p, n, f)
 MN_IP_DEFINE(mem_free_host, PFN_cuMemFreeHost_v2000, mn_cu_mem_free_host, (void *p), p)
+MN_IP_DEFINE(mem_host_register_v1, PFN_cuMemHostRegister_v4000, mn_cu_mem_host_register, (void *p, size_t n, unsigned int f), p, n, f)
 MN_IP_DEFINE(mem_host_register, PFN_cuMemHostRegister_v6050, mn_cu_mem_host_register, (void *p, size_t n, unsigned int f), p, n, f)
 MN_IP_DEFINE(mem_host_unregister, PFN_cuMemHostUnregister_v4000, mn_cu_mem_host_unregister, (void *p), p)
 MN_IP_DEFINE(launch, PFN_cuLaunchKernel_v4000, mn_cu_launch_kernel, (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s, void **params, void **extra), f, gx, gy, gz, bx, by, bz, shm, s, params, extra)
@@ -38,6 +40,7 @@ MN_IP_DEFINE(tex_create, PFN_cuTexObjectCreate_v5000, mn_cu_tex_object_create, (
 MN_IP_DEFINE(tex_destroy, PFN_cuTexObjectDestroy_v5000, mn_cu_tex_object_destroy, (CUtexObject t), t)
 MN_IP_DEFINE(surf_create, PFN_cuSurfObjectCreate_v5000, mn_cu_surf_object_create, (CUsurfObject *t, const CUDA_RESOURCE_DESC *r), t, r)
 MN_IP_DEFINE(surf_destroy, PFN_cuSurfObjectDestroy_v5000, mn_cu_surf_object_destroy, (CUsurfObject t), t)
+MN_IP_DEFINE(begin_capture_v1, PFN_cuStreamBeginCapture_v10000, mn_cu_stream_begin_capture_v1, (CUstream s), s)
 MN_IP_DEFINE(begin_capture, PFN_cuStreamBeginCapture_v10010, mn_cu_stream_begin_capture, (CUstream s, CUstreamCaptureMode mode), s, mode)
 MN_IP_DEFINE(begin_capture_graph, PFN_cuStreamBeginCaptureToGraph_v12030, mn_cu_stream_begin_capture_to_graph, (CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode), s, g, deps, data, n, mode)
 MN_IP_DEFINE(end_capture, PFN_cuStreamEndCapture_v10000, mn_cu_stream_end_capture, (CUstream s, CUgraph *g), s, g)
@@ -46,8 +49,11 @@ MN_IP_DEFINE(graph_add_kernel, PFN_cuGraphAddKernelNode_v12000, mn_cu_graph_add_
 MN_IP_DEFINE(graph_add_node_v1, PFN_cuGraphAddNode_v12020, mn_cu_graph_add_node_v1, (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p), node, g, deps, n, p)
 MN_IP_DEFINE(graph_add_node, PFN_cuGraphAddNode_v12030, mn_cu_graph_add_node, (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUgraphNodeParams *p), node, g, deps, data, n, p)
 MN_IP_DEFINE(graph_launch, PFN_cuGraphLaunch_v10000, mn_cu_graph_launch, (CUgraphExec e, CUstream s), e, s)
+MN_IP_DEFINE(primary_release_v1, PFN_cuDevicePrimaryCtxRelease_v7000, mn_cu_primary_ctx_release, (CUdevice d), d)
+MN_IP_DEFINE(primary_reset_v1, PFN_cuDevicePrimaryCtxReset_v7000, mn_cu_primary_ctx_reset, (CUdevice d), d)
 MN_IP_DEFINE(primary_release, PFN_cuDevicePrimaryCtxRelease_v11000, mn_cu_primary_ctx_release, (CUdevice d), d)
 MN_IP_DEFINE(primary_reset, PFN_cuDevicePrimaryCtxReset_v11000, mn_cu_primary_ctx_reset, (CUdevice d), d)
+MN_IP_DEFINE(ctx_destroy_v1, PFN_cuCtxDestroy_v2000, mn_cu_ctx_destroy, (CUcontext c), c)
 MN_IP_DEFINE(ctx_destroy, PFN_cuCtxDestroy_v4000, mn_cu_ctx_destroy, (CUcontext c), c)
 
 mn_ip_entry mn_ip_table[] = {
@@ -61,6 +67,7 @@ mn_ip_entry mn_ip_table[] = {
     MN_IP_ENTRY(mem_alloc_host, "cuMemAllocHost", "_v2", 3020, 0),
     MN_IP_ENTRY(mem_host_alloc, "cuMemHostAlloc", "", 2020, 0),
     MN_IP_ENTRY(mem_free_host, "cuMemFreeHost", "", 2000, 0),
+    MN_IP_ENTRY(mem_host_register_v1, "cuMemHostRegister", "", 4000, 6050),
     MN_IP_ENTRY(mem_host_register, "cuMemHostRegister", "_v2", 6050, 0),
     MN_IP_ENTRY(mem_host_unregister, "cuMemHostUnregister", "", 4000, 0),
     MN_IP_ENTRY(launch, "cuLaunchKernel", "", 4000, 0),
@@ -84,6 +91,7 @@ mn_ip_entry mn_ip_table[] = {
     MN_IP_ENTRY(tex_destroy, "cuTexObjectDestroy", "", 5000, 0),
     MN_IP_ENTRY(surf_create, "cuSurfObjectCreate", "", 5000, 0),
     MN_IP_ENTRY(surf_destroy, "cuSurfObjectDestroy", "", 5000, 0),
+    MN_IP_ENTRY(begin_capture_v1, "cuStreamBeginCapture", "", 10000, 10010),
     MN_IP_ENTRY(begin_capture, "cuStreamBeginCapture", "_v2", 10010, 0),
     MN_IP_ENTRY(begin_capture_graph, "cuStreamBeginCaptureToGraph", "", 12030, 0),
     MN_IP_ENTRY(end_capture, "cuStreamEndCapture", "", 10000, 0),
@@ -92,8 +100,11 @@ mn_ip_entry mn_ip_table[] = {
     MN_IP_ENTRY(graph_add_node_v1, "cuGraphAddNode", "", 12020, 12030),
     MN_IP_ENTRY(graph_add_node, "cuGraphAddNode", "_v2", 12030, 0),
     MN_IP_ENTRY(graph_launch, "cuGraphLaunch", "", 10000, 0),
+    MN_IP_ENTRY(primary_release_v1, "cuDevicePrimaryCtxRelease", "", 7000, 11000),
+    MN_IP_ENTRY(primary_reset_v1, "cuDevicePrimaryCtxReset", "", 7000, 11000),
     MN_IP_ENTRY(primary_release, "cuDevicePrimaryCtxRelease", "_v2", 11000, 0),
     MN_IP_ENTRY(primary_reset, "cuDevicePrimaryCtxReset", "_v2", 11000, 0),
+    MN_IP_ENTRY(ctx_destroy_v1, "cuCtxDestroy", "", 2000, 4000),
     MN_IP_ENTRY(ctx_destroy, "cuCtxDestroy", "_v2", 4000, 0),
 };
 const size_t mn_ip_table_len = sizeof mn_ip_table / sizeof mn_ip_table[0];

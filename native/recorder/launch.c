@@ -841,11 +841,12 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
   return r;
 }
 
-/* 0: not capturing, 1: this stream is capturing, 2: unknown (the query failed: assume a capture) */
+/* MN_CAPTURE_* (select.h): a failed query is a capture elsewhere only when the driver says so; after a
+ * kernel faulted every query fails with the context's error, which is no capture. */
 static int capture_state(CUstream s) {
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (D.streamIsCapturing(s, &st) != CUDA_SUCCESS) return 2;
-  return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : 1;
+  CUresult r = D.streamIsCapturing(s, &st);
+  return mn_capture_verdict((int)r, r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE);
 }
 
 /* The argument bytes, from kernelParams or from extra's CU_LAUNCH_PARAM_BUFFER_POINTER; 0 when absent. */
@@ -884,9 +885,11 @@ static CUresult on_launch(mn_launch *L) {
   memset(&a, 0, sizeof a);
   uint8_t *key = NULL;
   size_t keylen = 0;
-  if (cap == 1) {
+  if (cap == MN_CAPTURE_THIS) {
     mn_kernel_skip(k, MN_SKIP_GRAPH_CAPTURE);
-  } else if (cap == 2 || __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) > 0) {
+  } else if (cap == MN_CAPTURE_CTX_ERROR) {
+    mn_kernel_skip(k, MN_SKIP_PENDING_ERROR);
+  } else if (cap == MN_CAPTURE_ELSEWHERE || __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) > 0) {
     mn_kernel_skip(k, MN_SKIP_CAPTURE_ELSEWHERE);
   } else if (dev != R.cudev) {
     mn_kernel_skip(k, MN_SKIP_OTHER_DEVICE);
@@ -1091,6 +1094,13 @@ static void capture_end(CUresult r) {
 
 CUresult mn_cu_stream_begin_capture(const mn_ip_slot *s, CUstream st, CUstreamCaptureMode mode) {
   CUresult r = ((PFN_cuStreamBeginCapture_v10010)s->real)(st, mode);
+  capture_begin(r);
+  return r;
+}
+
+/* The CUDA 10.0 ABI: no mode (the driver captures in global mode). */
+CUresult mn_cu_stream_begin_capture_v1(const mn_ip_slot *s, CUstream st) {
+  CUresult r = ((PFN_cuStreamBeginCapture_v10000)s->real)(st);
   capture_begin(r);
   return r;
 }

@@ -117,7 +117,8 @@ static int setup_arena(void) {
   R.nchunks = (size_t)(bytes / R.chunk);
   R.backed = calloc(R.nchunks, 1);
   R.handles = calloc(R.nchunks, sizeof *R.handles);
-  if (!R.backed || !R.handles || mn_arena_init(&R.dev, base, bytes, MN_DEVICE_ALIGN)) {
+  if (!R.backed || !R.handles || mn_arena_init(&R.dev, base, bytes, MN_DEVICE_ALIGN) ||
+      (bytes > 2 * MN_ARENA_GUARD && mn_arena_keep_front(&R.dev, MN_ARENA_GUARD))) {
     D.addressFree((CUdeviceptr)base, bytes);
     mn_error("out of host memory setting up the arena", NULL);
     return -1;
@@ -267,6 +268,9 @@ static uint64_t dev_alloc(uint64_t size, CUresult *err) {
     if (r == CUDA_ERROR_OUT_OF_MEMORY) *err = r;
     return 0;
   }
+  /* the guard behind it mapped too, where the arena has room (best effort: the allocation stands) */
+  uint64_t end = a + size, room = R.dev.base + R.dev.size - end;
+  if (room) (void)back(end, room < MN_ARENA_GUARD ? room : MN_ARENA_GUARD);
   return a;
 }
 

@@ -1,5 +1,6 @@
 #include "select.h"
 
+#include <cuda.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -225,4 +226,22 @@ const mn_ktab_entry *mn_ktab_find(const mn_ktab *t, const char *name) {
   mn_ktab_entry key;
   key.name = (char *)name;
   return bsearch(&key, t->e, t->n, sizeof *t->e, cmp_entry);
+}
+
+int mn_capture_verdict(int query, int capturing) {
+  if (query == CUDA_SUCCESS) return capturing ? MN_CAPTURE_THIS : MN_CAPTURE_NONE;
+  switch (query) {
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    case CUDA_ERROR_STREAM_CAPTURE_MERGE:
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+    case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+    case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+    case CUDA_ERROR_CAPTURED_EVENT:
+      return MN_CAPTURE_ELSEWHERE;
+    default:
+      return MN_CAPTURE_CTX_ERROR;
+  }
 }

@@ -41,4 +41,15 @@ int mn_ktab_parse(mn_ktab *t, const char *text, char *err, size_t errlen);
 const mn_ktab_entry *mn_ktab_find(const mn_ktab *t, const char *name);
 void mn_ktab_free(mn_ktab *t);
 
+/* Whether a launch can be recorded, from cuStreamIsCapturing on its stream: `query` is the call's
+ * CUresult, `capturing` 1 when it succeeded and said the stream is capturing. */
+enum {
+  MN_CAPTURE_NONE = 0,       /* no capture: record */
+  MN_CAPTURE_THIS = 1,       /* this stream is being captured into a graph */
+  MN_CAPTURE_ELSEWHERE = 2,  /* the query is refused because another stream captures (STREAM_CAPTURE_*) */
+  MN_CAPTURE_CTX_ERROR = 3,  /* the query failed otherwise: the context holds an error (an earlier kernel
+                                faulted): nothing can be recorded, and no capture is going on */
+};
+int mn_capture_verdict(int query, int capturing);
+
 #endif

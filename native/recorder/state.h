@@ -34,6 +34,11 @@
 #define MN_DEFAULT_HOST_BASE 0x100000000000ULL
 #define MN_DEFAULT_HOST_BYTES (1ULL << 30)
 #define MN_DEVICE_ALIGN 256
+/* Mapped device memory kept free below the first allocation and behind the last one. cudaMalloc's
+ * memory has the driver's own allocations around it, so kernels that read a row before or after their
+ * buffers (Rodinia's srad reads J[-cols + tx] for its top row and overwrites the value) run fine plain;
+ * in an arena whose first allocation sat at the very start of the mapping they faulted (illegal address). */
+#define MN_ARENA_GUARD (2ULL << 20)
 #define MN_HOST_ALIGN 4096
 #define MN_MERGE_GAP 16
 
@@ -318,6 +323,7 @@ CUresult mn_cu_tex_object_destroy(const mn_ip_slot *slot, CUtexObject t);
 CUresult mn_cu_surf_object_create(const mn_ip_slot *slot, CUsurfObject *t, const CUDA_RESOURCE_DESC *r);
 CUresult mn_cu_surf_object_destroy(const mn_ip_slot *slot, CUsurfObject t);
 CUresult mn_cu_stream_begin_capture(const mn_ip_slot *slot, CUstream s, CUstreamCaptureMode mode);
+CUresult mn_cu_stream_begin_capture_v1(const mn_ip_slot *slot, CUstream s);
 CUresult mn_cu_stream_begin_capture_to_graph(const mn_ip_slot *slot, CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode);
 CUresult mn_cu_stream_end_capture(const mn_ip_slot *slot, CUstream s, CUgraph *g);
 CUresult mn_cu_graph_add_kernel_node_v1(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_KERNEL_NODE_PARAMS_v1 *p);

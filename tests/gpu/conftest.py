@@ -36,6 +36,7 @@ SMALL: Dict[str, List[str]] = {
     "driverapi": ["driverapi"],  # cuLaunchKernel from cudaGetDriverEntryPoint: recorded at the driver too
     "consttable": ["consttable"],  # a __constant__ table the app sets before every launch
     "devcounter": ["devcounter"],  # __device__ counters that accumulate across launches
+    "halo": ["halo"],  # reads a row before its first allocation; a weak_odr template kernel (-fgpu-rdc)
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {

@@ -34,6 +34,7 @@ KERNELS: Dict[str, List[str]] = {
     "driverapi": ["driverScale"],
     "consttable": ["tableMap"],
     "devcounter": ["countAbove"],
+    "halo": ["haloSmooth"],
 }
 
 
@@ -86,6 +87,20 @@ def test_each_example_records_its_kernels_with_ir_and_provenance(small_recording
         assert prov["driver"] >= 13000 and prov["runtime"] >= 13000
         assert prov["runs"][0]["app_exit"] == "exited"
         assert kname in rec.stdout, "the summary names every kernel"
+
+
+def test_a_kernel_reading_before_the_first_allocation_records(small_recordings):
+    """Rodinia's srad faulted under the recorder (illegal address) and recorded nothing: its top row reads
+    a row before its first buffer, which sat at the arena's first byte. The arena now keeps a mapped
+    guard of MN_ARENA_GUARD (2 MiB) below its first allocation."""
+    rec = small_recordings["halo"]
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    assert "illegal" not in (rec.stdout + rec.stderr).lower()
+    db = dbs_of(rec)["haloSmooth"]
+    (inst,) = db.values()
+    addr = int(re.search(r"in=(0x[0-9a-f]+)", rec.stdout).group(1), 16)
+    assert addr - db.vaddr == 2 << 20, "the app's first allocation sits right above the guard"
+    assert "launched while" not in rec.stdout, "neither a context error nor a capture elsewhere"
 
 
 def test_manylaunch_has_three_instances_of_five_launches(small_recordings):
