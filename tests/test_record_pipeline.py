@@ -490,3 +490,32 @@ def test_the_wall_split_says_where_mneme_records_time_went(tmp_path):
     line = out.wall_line()
     assert line.startswith("wall 2.750 s: prepare 0.250 s") and "app 2.000 s (recorder 0.750 s of it)" in line
     assert line.endswith("post-processing 0.500 s")
+
+
+def test_the_kernel_table_from_the_reference_graph_equals_the_closures(app):
+    """IRIndex.table_entry walks one reference graph per module; each kernel's entry must be what its
+    pruned closure says: parameter count, masked bytes (pointers, struct padding), reachable variables."""
+    fast, slow = IRIndex(), IRIndex()
+    fast.add_file(app)
+    slow.add_file(app)
+    for k in (SCALE, OTHER, TEXREAD):
+        info = slow.closure(k)
+        assert fast.table_entry(k) == (len(info.arg_kinds), info.masked, info.variables), k
+    n, masked, variables = fast.table_entry(SCALE)
+    assert n == 2 and {"g_val", "g_ptr", "c_w"} <= set(variables), "helper's variables, through g_ptr too"
+    assert any(p == 1 for p, _, _ in masked), "P's padding is masked"
+    assert fast.table_entry(OTHER)[2] == [], "other reaches no variable"
+
+
+def test_symbol_references_split_a_module_at_its_top_level_definitions():
+    from mneme.ir.module import reachable_symbols, symbol_references
+
+    text = ('@g = addrspace(1) global i32 0\n@tab = addrspace(1) global [1 x ptr] [ptr @f]\n'
+            '@"q.x" = internal constant i32 1\n%struct.S = type { i32 }\n'
+            'define void @f(ptr %p) {\n  %v = load i32, ptr addrspace(1) @g\n  ret void\n}\n'
+            'define ptx_kernel void @k() {\n  call void @f(ptr null)\n  %x = load i32, ptr @"q.x"\n  ret void\n}\n'
+            'declare void @ext()\nattributes #0 = { nounwind }\n!0 = !{ptr @k, !"kernel", i32 1}\n')
+    refs = symbol_references(text)
+    assert refs == {"g": set(), "tab": {"f"}, "q.x": set(), "f": {"g"}, "k": {"f", "q.x"}}
+    assert reachable_symbols(refs, "k") == {"k", "f", "g", "q.x"}
+    assert reachable_symbols(refs, "tab") == {"tab", "f", "g"}, "an initializer's function pointer is followed"

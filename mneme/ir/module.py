@@ -100,6 +100,43 @@ def module_kernels(mod: Union[llvm.ModuleRef, str]) -> List[str]:
 
 
 _BARE_SYMBOL = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*\Z")
+_SYMBOL_REF = re.compile(r'@("(?:[^"\\]|\\.)*"|[-a-zA-Z$._][-a-zA-Z$._0-9]*)')
+_TOP_DEF = re.compile(r'^(?:(?P<fn>define\b)|(?P<other>declare\b|attributes\b|!|\$|%|source_filename\b|target\b)'
+                      r'|@(?P<var>"(?:[^"\\]|\\.)*"|[-a-zA-Z$._][-a-zA-Z$._0-9]*)\s*=)', re.M)
+
+
+def symbol_references(mod: Union[llvm.ModuleRef, str]) -> dict:
+    """{symbol: symbols its definition names} for every function body and variable initializer of a
+    module, read from its text in one pass — a kernel's reach is a walk over this graph, which costs
+    nothing like pruning a copy of the module per kernel (213 kernels of a corpus program: 65 s)."""
+    text = mod if isinstance(mod, str) else str(mod)
+    refs: dict = {}
+    starts = list(_TOP_DEF.finditer(text))
+    for i, m in enumerate(starts):
+        if m.group("other") is not None:
+            continue
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+        chunk = text[m.start():end]
+        if m.group("var") is not None:  # a variable (or alias): its name, then its initializer
+            name, body = unquote_symbol(m.group("var")), chunk[m.end() - m.start():]
+        else:  # define <attrs> <type> @name(...) ... { body }
+            head = _SYMBOL_REF.search(chunk)
+            if head is None:
+                continue
+            name, body = unquote_symbol(head.group(1)), chunk[head.end():]
+        refs[name] = {unquote_symbol(t) for t in _SYMBOL_REF.findall(body)} - {name}
+    return refs
+
+
+def reachable_symbols(refs: dict, root: str) -> set:
+    """Every symbol `root` reaches through `refs` (symbol_references), root included."""
+    seen, todo = {root}, [root]
+    while todo:
+        for nxt in refs.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
 
 
 def symbol_token(name: str) -> str:

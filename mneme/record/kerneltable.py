@@ -101,6 +101,7 @@ class IRIndex:
         self.defined_in: Dict[str, List[str]] = {}    # kernel -> [sha256]
         self.files: List[str] = []
         self._closures: Dict[str, KernelIR] = {}
+        self._graphs: Dict[str, tuple] = {}           # sha256 -> (module, symbol references, visible variables)
 
     def add_file(self, path) -> int:
         """Adds the modules embedded in one ELF file; returns how many were new. Files without
@@ -131,6 +132,31 @@ class IRIndex:
 
     def has(self, kernel: str) -> bool:
         return kernel in self.defined_in
+
+    def table_entry(self, kernel: str) -> Tuple[int, List[Masked], List[str]]:
+        """What the recorder's kernel table needs of a kernel (parameter count, masked argument bytes, the
+        variables it can reach), from one parse and one reference graph per module rather than a pruned
+        closure per kernel; the closure where the kernel reaches symbols its own module does not define
+        and other modules might (relocatable device code)."""
+        if kernel in self._closures or kernel not in self.defined_in:
+            info = self.closure(kernel)
+            return len(info.arg_kinds), info.masked, info.variables
+        from mneme.ir import kernel_params, module_globals
+        from mneme.ir.module import parse_module, reachable_symbols, symbol_references
+
+        sha = self.defined_in[kernel][0]
+        if sha not in self._graphs:
+            m = self.modules[sha]
+            mod = parse_module(m.bitcode, name=m.name)
+            self._graphs[sha] = (mod, symbol_references(mod), module_globals(mod))
+        mod, refs, variables = self._graphs[sha]
+        reach = reachable_symbols(refs, kernel)
+        if len(self.modules) > 1 and any(r not in refs and not r.startswith("llvm.") for r in reach):
+            info = self.closure(kernel)
+            return len(info.arg_kinds), info.masked, info.variables
+        params = kernel_params(mod, kernel)
+        masked = sorted((p.index, off, n) for p in params for off, n in list(p.pointer_ranges) + padding_ranges(mod, p))
+        return len(params), masked, [g.name for g in variables if g.name in reach]
 
     def closure(self, kernel: str) -> KernelIR:
         """The kernel's closure across translation units (from its own module when that suffices)."""
@@ -191,7 +217,7 @@ def selects(selector: Optional[Pattern[str]], mangled: str, demangled: str) -> b
 
 
 def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
-    """The kernel table for every kernel of `index`; closures are computed for selected kernels only."""
+    """The kernel table for every kernel of `index`; selected kernels only, each from its module's reference graph (IRIndex.table_entry)."""
     from mneme.ir.module import demangle
 
     lines = ["# mneme kernel table v1: K name selected nparams masked(param:offset:length) variables"]
@@ -199,10 +225,10 @@ def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
         if not selects(selector, k, demangle(k)):
             lines.append(f"K\t{k}\t0\t0\t-\t-")
             continue
-        info = index.closure(k)
-        masked = ",".join(f"{p}:{o}:{n}" for p, o, n in info.masked) or "-"
-        variables = ",".join(v for v in info.variables if "," not in v and "\t" not in v) or "-"
-        lines.append(f"K\t{k}\t1\t{len(info.arg_kinds)}\t{masked}\t{variables}")
+        nparams, masked_bytes, reached = index.table_entry(k)
+        masked = ",".join(f"{p}:{o}:{n}" for p, o, n in masked_bytes) or "-"
+        variables = ",".join(v for v in reached if "," not in v and "\t" not in v) or "-"
+        lines.append(f"K\t{k}\t1\t{nparams}\t{masked}\t{variables}")
     return "\n".join(lines) + "\n"
 
 
