@@ -41,6 +41,8 @@ EXPECTED = {
     "devcounter": ["countAbove(float const*, float*, int, float)"],
     "atomicsum": ["jacobiStep(float const*, float const*, float*, float*, int)"],
     "workqueue": ["queueSquare(float const*, float*, int*, unsigned int*, int)"],
+    "devheap": ["heapFill(float**, float const*, int)", "heapSum(float* const*, float*, int)",
+                "heapFree(float**)"],
     "dynpar": ["scaleRow(float*, float const*, int, float, int)",
                "launchRows(float*, float const*, int, int, float, int, unsigned int*)"],
     # the RDC example built by `mneme nvcc` (nvcc's -dc, device link and g++ link)

@@ -8,6 +8,8 @@ kernel's static hash and its `RecordedIR_<static-hash>.bc`.
 
 Table format (parsed by native/recorder/select.c), one tab-separated line per kernel:
     K  <mangled name>  <selected 0|1>  <parameter count>  <masked: param:offset:length,... | ->  <variables: a,b | ->
+       <device state: heap,printf,launch | ->
+(the recorder never reruns a kernel for timing whose state includes heap or printf: see device_state).
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ _TEXTURE_INTRINSIC = re.compile(r"@llvm\.nvvm\.(?:tex|tld4|suld|sust|txq|suq)\."
 _TEXTURE_ASM = re.compile(r'\basm\b[^"\n]*"[^"\n]*\b(?:tex|tld4|suld|sust|sured|txq|suq)\.')
 
 Masked = Tuple[int, int, int]  # (parameter, offset inside it, length)
+
+#: device state a kernel's pruned closure reaches through these functions (declarations left after pruning)
+_DEVICE_STATE = (
+    ("heap", re.compile(r"^declare [^\n]*@(?:malloc|free|__nv_malloc|__nv_free)\(", re.M)),
+    ("printf", re.compile(r"^declare [^\n]*@vprintf\(", re.M)),
+    ("launch", re.compile(r"^declare [^\n]*@(?:__cudaCDP2\w*|cudaLaunchDevice\w*|cudaGetParameterBuffer\w*)\(", re.M)),
+)
 
 
 @dataclass
@@ -41,8 +50,18 @@ class KernelIR:
     variables: List[str]
     uses_textures: bool
     param_sizes: List[int] = field(default_factory=list)
+    #: device_state() of the closure: heap, printf, launch
+    state: List[str] = field(default_factory=list)
     #: how the app's build compiled the kernel's module (mneme.cc.embedded.build_settings)
     build: Dict[str, object] = field(default_factory=dict)
+
+
+def device_state(ir_text: str) -> List[str]:
+    """What the kernel's closure touches besides its arguments and variables: "heap" (malloc/free, so device
+    `new`/`delete`: memory in the context's device heap, which no allocation the recorder sees holds), "printf"
+    (output in the app's stdout), "launch" (device-side launches through libcudadevrt). A timing rerun of a
+    kernel with heap or printf would allocate or print again, so the recorder runs it once."""
+    return [name for name, pattern in _DEVICE_STATE if pattern.search(ir_text)]
 
 
 def uses_textures(ir_text: str) -> bool:
@@ -155,6 +174,7 @@ class IRIndex:
             for off, n in list(p.pointer_ranges) + padding_ranges(mod, p):
                 masked.append((p.index, off, n))
         bitcode = mod.as_bitcode()
+        text = str(mod)
         # static_hash strips struct names in its module's LLVM context: give it a private copy
         shash = static_hash(parse_module(bitcode, name=kernel, context=new_context()), kernel)
         info = KernelIR(
@@ -168,7 +188,8 @@ class IRIndex:
             specializations=[bool(p.specializable) for p in params],
             masked=sorted(masked),
             variables=[g.name for g in module_globals(mod)],
-            uses_textures=uses_textures(str(mod)),
+            uses_textures=uses_textures(text),
+            state=device_state(text),
             param_sizes=[p.size for p in params],
             build=build_settings(self.modules[self.defined_in[kernel][0]]),
         )
@@ -194,7 +215,7 @@ def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
     """The kernel table for every kernel of `index`; closures are computed for selected kernels only."""
     from mneme.ir.module import demangle
 
-    lines = ["# mneme kernel table v1: K name selected nparams masked(param:offset:length) variables"]
+    lines = ["# mneme kernel table v1: K name selected nparams masked(param:offset:length) variables [state]"]
     for k in index.kernels():
         if not selects(selector, k, demangle(k)):
             lines.append(f"K\t{k}\t0\t0\t-\t-")
@@ -202,7 +223,8 @@ def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
         info = index.closure(k)
         masked = ",".join(f"{p}:{o}:{n}" for p, o, n in info.masked) or "-"
         variables = ",".join(v for v in info.variables if "," not in v and "\t" not in v) or "-"
-        lines.append(f"K\t{k}\t1\t{len(info.arg_kinds)}\t{masked}\t{variables}")
+        state = ",".join(info.state) or "-"
+        lines.append(f"K\t{k}\t1\t{len(info.arg_kinds)}\t{masked}\t{variables}\t{state}")
     return "\n".join(lines) + "\n"
 
 
