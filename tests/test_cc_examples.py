@@ -41,6 +41,7 @@ EXPECTED = {
     "devcounter": ["countAbove(float const*, float*, int, float)"],
     "atomicsum": ["jacobiStep(float const*, float const*, float*, float*, int)"],
     "workqueue": ["queueSquare(float const*, float*, int*, unsigned int*, int)"],
+    "devfnptr": ["applyFn(float*, float (*)(float), int)", "applyTable(float*, int, int)"],
     "devheap": ["heapFill(float**, float const*, int)", "heapSum(float* const*, float*, int)",
                 "heapFree(float**)"],
     "dynpar": ["scaleRow(float*, float const*, int, float, int)",

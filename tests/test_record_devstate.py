@@ -51,3 +51,31 @@ def test_replay_failures_name_the_recordings_heap_kernels(tmp_path):
     (tmp_path / "c.json").write_text("not json")
     assert heap_kernels(str(tmp_path / "b.json")) == ["heapFill(float**)"]
     assert heap_kernels(str(tmp_path / "nothere" / "x.json")) == []
+
+
+def test_function_pointer_arguments_and_tables_are_found(bc_dir):
+    from mneme.ir.module import module_kernels, parse_module
+    from mneme.record.kerneltable import function_pointer_calls
+
+    bc = compile_cu(EXAMPLES / "devfnptr.cu", bc_dir, extra=[f"-I{EXAMPLES}"]).read_bytes()
+    got = {}
+    for k in module_kernels(parse_module(bc)):
+        mod, _ = extract_kernel_closure([("devfnptr.cu", bc)], k)
+        got[k.split("P")[0]] = function_pointer_calls(mod, k)
+    assert got == {"_Z7applyFn": ([1], False), "_Z10applyTable": ([], True)}
+    plain = extract_kernel_closure([("devheap.cu", compile_cu(EXAMPLES / "devheap.cu", bc_dir,
+                                                               extra=[f"-I{EXAMPLES}"]).read_bytes())],
+                                   "_Z7heapSumPKPfS_i")[0]
+    assert function_pointer_calls(plain, "_Z7heapSumPKPfS_i") == ([], False)
+
+
+def test_a_function_pointer_argument_makes_the_kernel_not_replayable_by_name():
+    from mneme.record.kerneltable import KernelIR
+    from mneme.record.postprocess import _KernelRun, _replay_reasons
+
+    ir = KernelIR("_Z7applyFnPfPFffEi", "applyFn", "0" * 64, ["devfnptr.cu"], b"", ["v", "f", "n"],
+                  ["ptr", "ptr", "int"], [False, False, True], [], [], False, fnptr_params=[1])
+    (reason,) = _replay_reasons(ir, _KernelRun(ir.name), [])
+    assert reason.startswith("argument 1 (f) is a device function pointer")
+    ir.fnptr_params = []
+    assert _replay_reasons(ir, _KernelRun(ir.name), []) == []

@@ -50,8 +50,10 @@ class KernelIR:
     variables: List[str]
     uses_textures: bool
     param_sizes: List[int] = field(default_factory=list)
-    #: device_state() of the closure: heap, printf, launch
+    #: device_state() of the closure: heap, printf, launch, and fnptr (calls through pointers loaded from memory)
     state: List[str] = field(default_factory=list)
+    #: parameters the kernel calls as device functions (function_pointer_calls)
+    fnptr_params: List[int] = field(default_factory=list)
     #: how the app's build compiled the kernel's module (mneme.cc.embedded.build_settings)
     build: Dict[str, object] = field(default_factory=dict)
 
@@ -62,6 +64,35 @@ def device_state(ir_text: str) -> List[str]:
     (output in the app's stdout), "launch" (device-side launches through libcudadevrt). A timing rerun of a
     kernel with heap or printf would allocate or print again, so the recorder runs it once."""
     return [name for name, pattern in _DEVICE_STATE if pattern.search(ir_text)]
+
+
+_INDIRECT_CALL = re.compile(r"\bcall\b[^\n]*?\s%([-\w.$]+)\(")
+
+
+def function_pointer_calls(mod, kernel: str) -> Tuple[List[int], bool]:
+    """(parameters the kernel calls as device functions, whether its closure calls through pointers it loads
+    from memory: virtual functions, function tables). Read after default<O1> on a clone, where a parameter
+    called through a local copy is called by its own name; the pipeline runs only when there is an indirect
+    call at all."""
+    text = str(mod)
+    if not _INDIRECT_CALL.search(text):
+        return [], False
+    from mneme.errors import MnemeError
+    from mneme.ir.pipeline import optimize
+
+    try:
+        clone = mod.clone()
+        optimize(clone, "default<O1>")
+        text = str(clone)
+    except (RuntimeError, MnemeError):
+        pass
+    params: List[str] = []
+    m = re.search(r"^define [^\n]*@" + re.escape(kernel) + r"\((.*)\)[^\n]*\{$", text, re.M)
+    if m:
+        params = re.findall(r"%([-\w.$]+)(?=,|$)", m.group(1))
+    callees = _INDIRECT_CALL.findall(text)
+    called = sorted({params.index(c) for c in callees if c in params})
+    return called, any(c not in params for c in callees)
 
 
 def uses_textures(ir_text: str) -> bool:
@@ -175,6 +206,7 @@ class IRIndex:
                 masked.append((p.index, off, n))
         bitcode = mod.as_bitcode()
         text = str(mod)
+        fn_params, loaded_calls = function_pointer_calls(mod, kernel)
         # static_hash strips struct names in its module's LLVM context: give it a private copy
         shash = static_hash(parse_module(bitcode, name=kernel, context=new_context()), kernel)
         info = KernelIR(
@@ -189,7 +221,8 @@ class IRIndex:
             masked=sorted(masked),
             variables=[g.name for g in module_globals(mod)],
             uses_textures=uses_textures(text),
-            state=device_state(text),
+            state=device_state(text) + (["fnptr"] if loaded_calls else []),
+            fnptr_params=fn_params,
             param_sizes=[p.size for p in params],
             build=build_settings(self.modules[self.defined_in[kernel][0]]),
         )

@@ -193,6 +193,11 @@ def _replay_reasons(ir: Optional[KernelIR], kr: _KernelRun, managed_vars: List[s
     if ir is None and any(inst.texture_words for _, inst in kr.instances):
         reasons.append("an argument equals a live texture/surface object, which replay cannot recreate")
     if ir is not None:
+        for i in ir.fnptr_params:
+            name = ir.arg_names[i] if i < len(ir.arg_names) else f"#{i}"
+            reasons.append(f"argument {i} ({name}) is a device function pointer the kernel calls: it holds the "
+                           "address of a function in the app's module, which replay's module does not have there "
+                           "(relocating function pointers is not implemented)")
         used = sorted(set(ir.variables) & set(managed_vars))
         if used:
             reasons.append(f"it uses __managed__ variable(s) {', '.join(used)}, which replay cannot place")

@@ -41,6 +41,10 @@ def failure_notes(record: RecordedExecution, record_db: str, limit_problems: Dic
             notes.append(f"the app's kernel(s) {', '.join(others[:4])} allocate from the device heap, which is not "
                          "recorded: if this kernel reads objects they allocated (heap pointers kept in memory), "
                          "those reads find no recorded memory")
+    if "fnptr" in state:
+        notes.append("the kernel calls device functions through pointers it loads from memory (virtual functions, "
+                     "function tables): pointers the app stored (in objects an earlier launch made, or copied from "
+                     "the host) hold addresses of the app's code, not of replay's module")
     for name, why in sorted(limit_problems.items()):
         notes.append(f"context limit {name}: {why}")
     return notes

@@ -120,3 +120,24 @@ def test_a_reader_of_heap_objects_fails_and_names_the_allocating_kernel(devheap)
     assert "heapFill" in row["error"] and "device heap" in row["error"], row["error"]
     (row,) = rows_of("fidelity", devheap.db("heapFill"))
     assert not row["verified"] and "allocates from the device heap" in row["error"], row
+
+
+@pytest.fixture(scope="module")
+def devfnptr(tmp_path_factory):
+    return record("devfnptr", tmp_path_factory.mktemp("rec-devfnptr"))
+
+
+def test_a_function_pointer_argument_is_named_and_not_replayed(devfnptr):
+    assert devfnptr.returncode == 0, devfnptr.stdout + devfnptr.stderr
+    assert checksum(devfnptr.stdout) == checksum(run_app("devfnptr").stdout)
+    fn = doc(devfnptr.db("applyFn"))
+    assert not fn["Replayable"] and "argument 1 (f) is a device function pointer" in fn["NotReplayableReason"]
+    p = subprocess.run([*MNEME, "replay", "-rdb", str(devfnptr.db("applyFn"))], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode != 0 and "device function pointer" in p.stdout + p.stderr, p.stdout + p.stderr
+    table = doc(devfnptr.db("applyTable"))
+    assert table["Replayable"] and "fnptr" in table["DeviceState"]
+    (row,) = rows_of("fidelity", devfnptr.db("applyTable"))
+    # the table holds the app's function addresses (restored from the prologue): if that does not verify,
+    # the error says why
+    assert row["verified"] or "function pointers it loads from memory" in row["error"], row
