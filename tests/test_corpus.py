@@ -457,3 +457,10 @@ def test_record_stage_runs_mneme_record_and_reports_why_it_failed(tmp_path):
     row = gpu.record_app(App.from_dict(ctx.entries["good"]), stage.Budget(600), ctx)
     assert row["app_ok_plain"] is True and row["app_ok_recorded"] is False and row["recorded"] is False
     assert "NVIDIA driver" in row["record_error"] and row["kernels"] == [] and row["record_overhead"] > 0
+
+
+def test_the_newest_build_result_wins_whatever_the_file_names():
+    old = {"date": "2026-12-03T08:36:23+00:00", "apps": {"cdp": {"built_unmodified": False}}}
+    new = {"date": "2026-12-03T08:45:00+00:00", "apps": {"cdp": {"built_unmodified": True, "build_s": 1.0}}}
+    assert build.built_apps([new, old])["cdp"]["build_s"] == 1.0
+    assert "cdp" not in build.built_apps([{**old, "date": "2026-12-04T00:00:00+00:00"}, new])
