@@ -61,7 +61,6 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  printf("%d heap tables of %d floats\n", blocks, per_block);
   print_checksum(checksum_of(hout, blocks));
   CHECK(cudaFree(in));
   CHECK(cudaFree(out));

@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
   const float factor = 1.5f;
   const size_t n = (size_t)rows * cols, bytes = n * sizeof(float);
   float *hin = (float *)malloc(bytes), *hout = (float *)malloc(bytes);
-  fill_unit(hin, n, 11);
+  fill_small_ints(hin, n, 11, 100);  // exact: in * 1.5 + row rounds the same with or without an fma
   float *in, *out;
   unsigned *launched, hl = 0;
   CHECK(cudaMalloc(&in, bytes));
@@ -52,7 +52,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dynpar: %u child launches, want %d\n", hl, rows);
     return 1;
   }
-  printf("%d child grids of %d columns\n", hl, cols);
   print_checksum(checksum_of(hout, n));
   CHECK(cudaFree(in));
   CHECK(cudaFree(out));
