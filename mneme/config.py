@@ -20,6 +20,9 @@ MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
 MAX_SHARED_MEM_SM90 = 232448
 
 CODEGEN_METHODS = ("serial", "parallel")
+#: the context limits the recorder records per instance and replay sets again, by name -> CUlimit value
+CONTEXT_LIMITS = {"stack_size": 0, "printf_fifo_size": 1, "malloc_heap_size": 2, "dev_runtime_sync_depth": 3,
+                  "dev_runtime_pending_launch_count": 4}
 
 #: The one status every experiment ends in (see docs/USAGE.md for the exit codes of `mneme tune`).
 STATUSES = (

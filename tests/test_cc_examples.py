@@ -42,6 +42,11 @@ EXPECTED = {
     "atomicsum": ["jacobiStep(float const*, float const*, float*, float*, int)"],
     "workqueue": ["queueSquare(float const*, float*, int*, unsigned int*, int)"],
     "halo": ["void haloSmooth<16>(float const*, float*, int, int)"],
+    "devfnptr": ["applyFn(float*, float (*)(float), int)", "applyTable(float*, int, int)"],
+    "devheap": ["heapFill(float**, float const*, int)", "heapSum(float* const*, float*, int)",
+                "heapFree(float**)"],
+    "dynpar": ["scaleRow(float*, float const*, int, float, int)",
+               "launchRows(float*, float const*, int, int, float, int, unsigned int*)"],
     # the RDC example built by `mneme nvcc` (nvcc's -dc, device link and g++ link)
     "nvcc_rdc": ["rdcApply(float const*, float*, int)"],
     "nvcc_rdc_shared": ["rdcApply(float const*, float*, int)"],

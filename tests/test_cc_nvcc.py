@@ -213,19 +213,41 @@ PARENT = "__global__ void child(int *x);\n__global__ void parent(int *x) { child
 CHILD = "__global__ void child(int *x) { x[threadIdx.x] = 1; }\nint main() { return 0; }\n"
 
 
-def test_dynamic_parallelism_across_files_needs_dlto_and_says_so(tmp_path):
+def test_dynamic_parallelism_across_files_device_links(tmp_path):
+    """clang declares child as `.extern .func` in parent's PTX; ptxfix makes it `.extern .entry` (nvlink
+    refuses the objects otherwise); -dlto links one module and needs no fix."""
     (tmp_path / "parent.cu").write_text(PARENT)
     (tmp_path / "child.cu").write_text(CHILD)
     for src in ("parent", "child"):
         nvcc("-arch=sm_90", "-dc", f"{src}.cu", "-o", f"{src}.o", cwd=tmp_path)
-    p = nvcc("-arch=sm_90", "parent.o", "child.o", "-o", "app", cwd=tmp_path, check=False)
-    assert p.returncode != 0 and "-dlto" in p.stderr and "dynamic parallelism" in p.stderr
-    for src in ("parent", "child"):  # device code as bitcode, linked as one module (libcudadevrt included)
-        nvcc("-arch=sm_90", "-dc", "-dlto", f"{src}.cu", "-o", f"{src}.o", cwd=tmp_path)
     nvcc("-arch=sm_90", "parent.o", "child.o", "-o", "app", cwd=tmp_path)
     ir = subprocess.run([sys.executable, "-m", "mneme.cli", "ir", "app"], cwd=tmp_path, capture_output=True,
                         text=True, check=True).stdout
     assert "_Z6parentPi" in ir and "_Z5childPi" in ir
+    p = nvcc("-v", "-arch=sm_90", "-dc", "parent.cu", "-o", "parent.o", cwd=tmp_path)
+    assert "_Z5childPi: declared .extern .entry" in p.stderr
+    for src in ("parent", "child"):  # device code as bitcode, linked as one module (libcudadevrt included)
+        nvcc("-arch=sm_90", "-dc", "-dlto", f"{src}.cu", "-o", f"{src}.o", cwd=tmp_path)
+    nvcc("-arch=sm_90", "parent.o", "child.o", "-o", "app2", cwd=tmp_path)
+    assert (tmp_path / "app2").exists()
+
+
+def test_ptxfix_rewrites_only_kernels_clang_lists():
+    """A device function whose address is taken stays `.extern .func`; a function with a return value
+    is never a kernel; `generic(...)` entries are unwrapped."""
+    from mneme.cc.ptxfix import fix_ptx
+
+    ptx = (".extern .func _Z5childPi\n(\n\t.param .b64 _Z5childPi_param_0\n)\n;\n"
+           ".extern .func _Z4devfPi\n(\n\t.param .b64 _Z4devfPi_param_0\n)\n;\n"
+           ".extern .func  (.param .b64 func_retval0) __cudaCDP2GetParameterBuffer\n(\n)\n;\n"
+           ".extern .func _Z2k2v()\n;\n"
+           ".visible .global .align 8 .u64 fp = _Z4devfPi;\n"
+           ".global .align 8 .u64 __clang_gpu_used_external[2] = {_Z5childPi, generic(_Z2k2v)};\n")
+    new, fixed = fix_ptx(ptx)
+    assert fixed == ["_Z5childPi", "_Z2k2v"]
+    assert ".extern .entry _Z5childPi\n(" in new and ".extern .entry _Z2k2v()" in new
+    assert ".extern .func _Z4devfPi" in new and "__cudaCDP2GetParameterBuffer" in new
+    assert fix_ptx(ptx.replace("__clang_gpu_used_external", "other"))[1] == []
 
 
 VIRTUAL_A = ("#include <new>\nstruct B { __device__ virtual int f() = 0; __device__ virtual ~B() {} };\n"

@@ -579,3 +579,10 @@ def test_the_record_stage_keeps_mneme_records_time_split():
     assert split == {"recorder_time": 0.006, "copy": 0.001, "hash_diff": 0.003, "write": 0.003, "retime": 0.0,
                      "wall": 2.75, "prepare": 0.25, "app": 2.0, "recorder": 0.75, "post_processing": 0.5}
     assert record_split("no split here") == {}
+
+
+def test_the_newest_build_result_wins_whatever_the_file_names():
+    old = {"date": "2026-12-03T08:36:23+00:00", "apps": {"cdp": {"built_unmodified": False}}}
+    new = {"date": "2026-12-03T08:45:00+00:00", "apps": {"cdp": {"built_unmodified": True, "build_s": 1.0}}}
+    assert build.built_apps([new, old])["cdp"]["build_s"] == 1.0
+    assert "cdp" not in build.built_apps([{**old, "date": "2026-12-04T00:00:00+00:00"}, new])

@@ -50,6 +50,18 @@ def test_import_needs_no_driver_and_first_use_names_the_missing_driver():
         assert line.startswith("DeviceError | no NVIDIA driver: /nonexistent/libcuda.so.1 not found"), line
 
 
+def test_context_limits_need_a_driver_and_say_so():
+    """mnc_ctx_limit (Device.set_limits: the recorded heap size and device-runtime limits) refuses cleanly."""
+    p = run_py("import mneme.device.errors as e\nffi, lib = e.lib()\nnow = ffi.new('uint64_t *')\n"
+               "print(lib.mnc_ctx_limit(2, 1 << 26, now), '|', ffi.string(lib.mnc_error()).decode())\n"
+               "print(lib.mnc_ctx_limit(2, 1 << 26, ffi.NULL))",
+               MNEME_LIBCUDA="/nonexistent/libcuda.so.1")
+    assert p.returncode == 0, p.stderr
+    first, second = p.stdout.splitlines()
+    assert first.startswith(f"{native()[1].MNC_E_NO_DRIVER} | no NVIDIA driver"), first
+    assert int(second) == native()[1].MNC_E_INVALID
+
+
 def test_device_package_imports_only_its_layer():
     p = run_py("import sys, mneme.device\n"
                "print(' '.join(sorted(m for m in sys.modules if m.startswith('mneme'))))")

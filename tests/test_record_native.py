@@ -261,7 +261,7 @@ class PtrRange(ctypes.Structure):
 class Entry(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("selected", ctypes.c_int), ("nparams", ctypes.c_uint32),
                 ("nranges", ctypes.c_uint32), ("ranges", ctypes.POINTER(PtrRange)), ("nvars", ctypes.c_uint32),
-                ("vars", ctypes.POINTER(ctypes.c_char_p))]
+                ("vars", ctypes.POINTER(ctypes.c_char_p)), ("no_rerun", ctypes.c_int)]
 
 
 class Table(ctypes.Structure):
@@ -291,6 +291,17 @@ def test_kernel_table_round_trip(lib):
     lib.mn_ktab_free(ctypes.byref(t))
 
 
+def test_kernel_table_device_state_column_stops_reruns_for_heap_and_printf(lib):
+    """The optional 7th column: heap or printf means a timing rerun would change state no prologue restores."""
+    text = "K\th\t1\t0\t-\t-\theap,launch\nK\tp\t1\t0\t-\t-\tprintf\nK\tl\t1\t0\t-\t-\tlaunch\nK\to\t1\t0\t-\t-\n"
+    rc, t, err = parse_table(lib, text)
+    assert rc == 0, err
+    lib.mn_ktab_find.restype = ctypes.POINTER(Entry)
+    got = {n: lib.mn_ktab_find(ctypes.byref(t), n.encode()).contents.no_rerun for n in "hplo"}
+    assert got == {"h": 1, "p": 1, "l": 0, "o": 0}
+    lib.mn_ktab_free(ctypes.byref(t))
+
+
 @pytest.mark.parametrize("line", [
     "K\tk\t1\t2\t5:0:8\t-",       # range names parameter 5 of 2
     "K\tk\t2\t1\t-\t-",           # selected must be 0/1
@@ -299,6 +310,7 @@ def test_kernel_table_round_trip(lib):
     "K\tk\t1\t1\t-",              # missing column
     "X\tk\t1\t1\t-\t-",
     "K\tk\t1\t1\t-\ta,,b",
+    "K\tk\t1\t1\t-\t-\theap\textra",  # one column too many
 ])
 def test_kernel_table_rejects_malformed_lines_with_the_line_number(lib, line):
     rc, t, err = parse_table(lib, "K\tok\t1\t0\t-\t-\n" + line + "\n")
@@ -316,7 +328,7 @@ def test_kernel_table_written_by_python_is_read_by_c(lib, tmp_path):
             from mneme.record.kerneltable import KernelIR
 
             return KernelIR(name, "foo", "0" * 64, ["a.cu"], b"", ["p", "s"], ["ptr", "struct"], [False, False],
-                            [(0, 0, 8), (1, 12, 4), (1, 16, 8)], ["g_x", "g_y"], False)
+                            [(0, 0, 8), (1, 12, 4), (1, 16, 8)], ["g_x", "g_y"], False, state=["printf"])
 
     import re
 
@@ -326,7 +338,7 @@ def test_kernel_table_written_by_python_is_read_by_c(lib, tmp_path):
     lib.mn_ktab_find.restype = ctypes.POINTER(Entry)
     foo = lib.mn_ktab_find(ctypes.byref(t), b"_Z3fooPf1S").contents
     bar = lib.mn_ktab_find(ctypes.byref(t), b"_Z3barv").contents
-    assert (foo.selected, foo.nparams, foo.nranges, foo.nvars) == (1, 2, 3, 2)
+    assert (foo.selected, foo.nparams, foo.nranges, foo.nvars, foo.no_rerun) == (1, 2, 3, 2, 1)
     assert bar.selected == 0, "--kernels foo does not select bar"
     lib.mn_ktab_free(ctypes.byref(t))
 

@@ -374,6 +374,23 @@ def test_the_recorders_own_time_is_kept_per_instance_and_summed_for_the_run(app,
     assert kept == [1_500_000, 7_000_000]
 
 
+def test_context_limits_are_kept_per_instance_by_name(app, index, tmp_path):
+    """The recorder logs [CUlimit, value] pairs (heap size, device-runtime pending launches ...); the DB keeps
+    them by name for replay to set again."""
+    raw, dbdir = tmp_path / ".raw-1", tmp_path / "db"
+    run = RawRun(raw, app)
+    a1, params, masked = scale_args(BASE, 256)
+    run.instance(SCALE, a1, params, masked, bytes(256), bytes(255) + b"\x01",
+                 recorder_time={"limits": [[2, 48 << 20], [4, 4096], [9, 1]]})
+    run.exit()
+    postprocess(raw, dbdir, index=index)
+    db = only_db(dbdir)
+    (attrs,) = db.extra["InstanceAttributes"].values()
+    assert attrs["ContextLimits"] == {"malloc_heap_size": 48 << 20, "dev_runtime_pending_launch_count": 4096,
+                                      "limit_9": 1}
+    assert db.extra["DeviceState"] == []  # the test app's kernel neither allocates, prints nor launches
+
+
 def test_recording_again_adds_to_the_db(app, index, tmp_path):
     dbdir = tmp_path / "db"
     before, after = bytes(512), b"\x01" * 512
@@ -500,11 +517,11 @@ def test_the_kernel_table_from_the_reference_graph_equals_the_closures(app):
     slow.add_file(app)
     for k in (SCALE, OTHER, TEXREAD):
         info = slow.closure(k)
-        assert fast.table_entry(k) == (len(info.arg_kinds), info.masked, info.variables), k
-    n, masked, variables = fast.table_entry(SCALE)
+        assert fast.table_entry(k) == (len(info.arg_kinds), info.masked, info.variables, info.state), k
+    n, masked, variables, state = fast.table_entry(SCALE)
     assert n == 2 and {"g_val", "g_ptr", "c_w"} <= set(variables), "helper's variables, through g_ptr too"
     assert any(p == 1 for p, _, _ in masked), "P's padding is masked"
-    assert fast.table_entry(OTHER)[2] == [], "other reaches no variable"
+    assert fast.table_entry(OTHER)[2] == [] and state == [], "other reaches no variable; scale no device state"
 
 
 def test_symbol_references_split_a_module_at_its_top_level_definitions():

@@ -168,9 +168,10 @@ def build_stage(apps: Sequence[App], budget: stage.Budget, corpus: Path, nvcc: s
 # ---- the bundle for the GPU machine ---------------------------------------------------------------
 
 def built_apps(build_results: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
-    """name -> the newest build row of each app that built (later results win)."""
+    """name -> the newest build row of each app that built (later results win, by their date: result files
+    are named by their apps, and `build-a+b-2.json` sorts before `build-a+b.json`)."""
     rows: Dict[str, Dict[str, Any]] = {}
-    for res in build_results:
+    for res in sorted(build_results, key=lambda r: str(r.get("date", ""))):
         for name, row in res["apps"].items():
             rows[name] = {**row, "_compiler": res.get("compiler"), "_arch": res.get("arch"), "_commit": res.get("commit")}
     return {n: r for n, r in rows.items() if r.get("built_unmodified")}

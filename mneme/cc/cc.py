@@ -103,6 +103,8 @@ class Driver:
             self.run(cmd, f"{src.path}: compile")
             return
         with tempfile.TemporaryDirectory(prefix="mneme-cc-") as tmp:
+            if self.inv.is_rdc:
+                cmd.append(self.ptxas_wrapper(tmp))  # after the user's --ptxas-path, which it runs
             bc = os.path.join(tmp, "device.bc")
             ir_cmd = [self.tc.clang] + self.tc.ir_flags(self.archs[0], self.archs) + self.inv.ir_flags() + cuid
             ir_cmd += [src.path, "-o", bc]
@@ -124,6 +126,20 @@ class Driver:
             except BaseException:
                 _remove(obj)
                 raise
+
+    def ptxas_wrapper(self, tmp: str) -> str:
+        """`--ptxas-path=` of a script in `tmp` that runs mneme.cc.ptxfix before the real ptxas (the user's
+        --ptxas-path, else the CUDA root's): with -fgpu-rdc, kernels of other units that this unit launches
+        from device code are declared `.extern .entry` (clang declares them as functions; see ptxfix)."""
+        real = next((a.split("=", 1)[1] for a in reversed(self.inv.flags()) if a.startswith("--ptxas-path=")),
+                    str(self.tc.cuda / "bin" / "ptxas"))
+        script = os.path.join(tmp, "ptxas")
+        fix = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ptxfix.py")
+        verbose = "MNEME_CC_VERBOSE=1 " if self.verbose else ""
+        Path(script).write_text(f"#!/bin/sh\n{verbose}exec {shlex.quote(sys.executable)} {shlex.quote(fix)} "
+                                f"{shlex.quote(real)} \"$@\"\n")
+        os.chmod(script, 0o755)
+        return f"--ptxas-path={script}"
 
     def embed(self, src: Source, bitcode: bytes, obj: str, tmp: str) -> None:
         """Merge a `.mneme_ir` entry into `obj` (relocatable link of obj + a one-section object)."""
@@ -195,6 +211,9 @@ class Driver:
                 cmd = [self.tc.clang] + args + ["-o", out]
             else:
                 cmd = [self.tc.clang] + args + self.archive_ir(args, tmp) + self.tc.link_flags() + ["-o", out]
+                devrt = self.tc.cuda / "lib64" / "libcudadevrt.a"
+                if self.inv.is_rdc and devrt.exists():  # as nvcc: the device runtime (dynamic parallelism)
+                    cmd[-2:-2] = ["-Xoffload-linker", f"-L{devrt.parent}", "-Xoffload-linker", "-lcudadevrt"]
             self.run(cmd, f"linking {out}")
 
 

@@ -102,8 +102,9 @@ def device_link(driver, objs: Sequence[str], out: str, tmp: str) -> bool:
             hint = ""
             if "not declared __global__ in all source files" in p.stdout + p.stderr:
                 hint = (": a kernel launches a __global__ function of another translation unit (dynamic "
-                        "parallelism across files), which clang-22 declares as a device function; build with "
-                        "-dlto (or MNEME_NVCC_DLTO=1) so that the device link sees one module")
+                        "parallelism across files) that its object declares as a device function: compile "
+                        "its objects with mneme nvcc -rdc=true (mneme/cc/ptxfix.py declares such kernels), "
+                        "or build with -dlto (MNEME_NVCC_DLTO=1) so that the device link sees one module")
             raise BuildError(f"{out}: device link failed (exit {p.returncode}){hint}", p.returncode)
     if driver.cmd.dryrun:
         return True

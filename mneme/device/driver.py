@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import uuid as _uuid
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from mneme.device.errors import check, lib
 
@@ -129,6 +129,26 @@ class Device:
             raise ValueError(f"timeout={seconds} must be positive seconds")
         self._timeout = float(seconds)
         lib()[1].mnc_set_timeout(self._timeout)
+
+    def set_limits(self, limits: Mapping[str, int]) -> Dict[str, str]:
+        """Sets the context limits (mneme.config.CONTEXT_LIMITS names) that differ from the context's; returns
+        {name: why} for each one the context refused (the heap size cannot change once a kernel that uses
+        malloc ran in this process) or that is not a known limit. A refusal leaves the context usable."""
+        from mneme.config import CONTEXT_LIMITS
+        from mneme.device.errors import CudaError
+
+        ffi, native = lib()
+        problems: Dict[str, str] = {}
+        now = ffi.new("uint64_t *")
+        for name, value in sorted(limits.items()):
+            if name not in CONTEXT_LIMITS:
+                problems[name] = f"not a context limit mneme knows ({', '.join(CONTEXT_LIMITS)})"
+                continue
+            try:
+                check(native.mnc_ctx_limit(CONTEXT_LIMITS[name], int(value), now))
+            except CudaError as e:
+                problems[name] = f"recorded {int(value)}, the context keeps {int(now[0])}: {e}"
+        return problems
 
     @property
     def usable(self) -> bool:

@@ -89,6 +89,8 @@ class CubinResult:
     info_log: str = ""
     #: the same numbers for every entry function in the cubin
     functions: Optional[Dict[str, Dict[str, int]]] = None
+    #: libraries linked in beside the PTX (["cudadevrt"] for device-side launches)
+    libraries: Optional[List[str]] = None
 
 
 _FUNC_HEADER = re.compile(r"^info\s*: Function properties for '([^']+)':\s*$")
@@ -132,6 +134,16 @@ def parse_info_log(log: str) -> Dict[str, Dict[str, int]]:
     return funcs
 
 
+_EXTERN_FUNC = re.compile(r"^\s*\.extern\s+\.func\s+(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$%]*)", re.M)
+
+
+def devrt_symbols(ptx: str) -> List[str]:
+    """The CUDA device runtime functions the PTX declares but does not define (`__cudaCDP2LaunchDevice`,
+    `cudaGetParameterBufferV2`, `cudaDeviceSynchronize`, ...): device-side launches and stream calls, which
+    only libcudadevrt defines. Non-empty means the cubin must be linked with it (dynamic parallelism)."""
+    return sorted({n for n in _EXTERN_FUNC.findall(ptx) if n.startswith(("cuda", "__cuda"))})
+
+
 def nvjitlink_options(arch: str, opt: int, method: str, threads: Optional[int] = None,
                       extra: Sequence[str] = ()) -> List[str]:
     check_arch(arch)
@@ -169,6 +181,16 @@ def link_cubin(
     `extra`: ptxas flags (mneme.ir.knobs.CodeKnobs.ptxas_flags)."""
     options = nvjitlink_options(arch, opt, method, threads, extra)  # also validates arch, level and method
     using = using or assembler()
+    devrt = devrt_symbols(ptx)
+    library = None
+    if devrt:  # whole-program ptxas cannot resolve them: relocatable code linked with libcudadevrt
+        library = ptxas.find_cudadevrt()
+        if library is None:
+            raise CompileError(
+                f"the kernel calls the CUDA device runtime ({', '.join(devrt[:3])}: device-side launches) and "
+                "no libcudadevrt.a was found (looked at MNEME_CUDADEVRT and lib64/ of $CUDA_HOME, $CUDA_PATH, "
+                "/usr/local/cuda): set CUDA_HOME to a CUDA toolkit")
+        using = "nvjitlink"
     if using == "ptxas":
         cubin, info = ptxas.assemble(ptx, arch, opt, method, threads, extra)
         return _result(cubin, info, ptxas.parse_log(info, cubin), kernel)
@@ -182,6 +204,8 @@ def link_cubin(
     try:
         try:
             nj.add_data(handle, nj.InputType.PTX, data, len(data), "kernel.ptx")
+            if library:
+                nj.add_file(handle, nj.InputType.LIBRARY, library)
             nj.complete(handle)
         except nj.nvJitLinkError as e:
             err = _log(nj, handle, nj.get_error_log_size, nj.get_error_log)
@@ -192,7 +216,9 @@ def link_cubin(
         nj.get_linked_cubin(handle, cubin)
     finally:
         nj.destroy(handle)
-    return _result(bytes(cubin), info, parse_info_log(info), kernel)
+    res = _result(bytes(cubin), info, parse_info_log(info), kernel)
+    res.libraries = ["cudadevrt"] if library else None
+    return res
 
 
 def _result(cubin: bytes, info: str, funcs: Dict[str, Dict[str, int]], kernel: Optional[str]) -> CubinResult:

@@ -301,7 +301,7 @@ def compile_kernel(
         opt_time=t2 - t1,
         ptx_time=t3 - t2,
         cubin_time=t4 - t3,
-        assembler=using,
+        assembler="nvjitlink" if cubin.libraries else using,  # device-runtime code is linked (codegen.devrt_symbols)
         binary=binary_digest(cubin.cubin),
         ptx_instructions=ptx_instruction_count(ptx),
         cubin_reused=earlier is not None,

@@ -79,16 +79,18 @@ def prune(mod: llvm.ModuleRef, roots: Iterable[str]) -> llvm.ModuleRef:
 
 
 def internalize(mod: llvm.ModuleRef, kernel_name: str) -> llvm.ModuleRef:
-    """Give every function but the kernel internal linkage (variables stay external; see the module doc).
+    """Give every function but the kernels internal linkage (variables stay external; see the module doc).
 
     The kernel itself becomes external: a linkonce/weak kernel nothing references would otherwise be
-    deleted by the optimizer's global DCE.
+    deleted by the optimizer's global DCE. Other kernels left after pruning are the ones it launches
+    from device code (dynamic parallelism): they stay kernels with their linkage, visible `.entry`s.
     """
     kernel = kernel_function(mod, kernel_name)
     if kernel.linkage != llvm.Linkage.external:
         kernel.linkage = llvm.Linkage.external
+    kernels = set(module_kernels(mod))
     for fn in mod.functions:
-        if fn.is_declaration or fn.name == kernel_name or fn.linkage in _LOCAL:
+        if fn.is_declaration or fn.name in kernels or fn.linkage in _LOCAL:
             continue
         fn.visibility = llvm.Visibility.default
         fn.linkage = llvm.Linkage.internal

@@ -27,6 +27,11 @@ CUDA_ROOT_VARS = ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
 DEFAULT_CUDA_ROOT = "/usr/local/cuda"
 
 
+def cuda_roots() -> List[str]:
+    """The CUDA roots to look in, in order: $CUDA_HOME, $CUDA_PATH, $CUDA_ROOT, /usr/local/cuda."""
+    return [r for r in [os.environ.get(v, "") for v in CUDA_ROOT_VARS] + [DEFAULT_CUDA_ROOT] if r]
+
+
 @functools.lru_cache(maxsize=None)
 def find_ptxas() -> Optional[str]:
     """The ptxas executable to use, or None when there is none."""
@@ -35,12 +40,28 @@ def find_ptxas() -> Optional[str]:
         if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
             raise CompileError(f"MNEME_PTXAS={explicit} is not an executable ptxas; point it at <cuda>/bin/ptxas or unset it")
         return explicit
-    roots = [os.environ.get(v, "") for v in CUDA_ROOT_VARS] + [DEFAULT_CUDA_ROOT]
-    for root in filter(None, roots):
+    for root in cuda_roots():
         exe = Path(root) / "bin" / "ptxas"
         if exe.is_file() and os.access(exe, os.X_OK):
             return str(exe)
     return shutil.which("ptxas")
+
+
+@functools.lru_cache(maxsize=None)
+def find_cudadevrt() -> Optional[str]:
+    """The CUDA device runtime library (lib64/libcudadevrt.a) of the first CUDA root that has one, or None."""
+    explicit = os.environ.get("MNEME_CUDADEVRT", "").strip()
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise CompileError(f"MNEME_CUDADEVRT={explicit} is not a file; point it at <cuda>/lib64/libcudadevrt.a")
+        return explicit
+    exe = find_ptxas()
+    for root in cuda_roots() + ([str(Path(exe).resolve().parent.parent)] if exe else []):
+        for lib in ("lib64", "lib", "targets/x86_64-linux/lib"):
+            path = Path(root) / lib / "libcudadevrt.a"
+            if path.is_file():
+                return str(path)
+    return None
 
 
 @functools.lru_cache(maxsize=None)

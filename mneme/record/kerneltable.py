@@ -8,6 +8,8 @@ kernel's static hash and its `RecordedIR_<static-hash>.bc`.
 
 Table format (parsed by native/recorder/select.c), one tab-separated line per kernel:
     K  <mangled name>  <selected 0|1>  <parameter count>  <masked: param:offset:length,... | ->  <variables: a,b | ->
+       <device state: heap,printf,launch | ->
+(the recorder never reruns a kernel for timing whose state includes heap or printf: see device_state).
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ _TEXTURE_INTRINSIC = re.compile(r"@llvm\.nvvm\.(?:tex|tld4|suld|sust|txq|suq)\."
 _TEXTURE_ASM = re.compile(r'\basm\b[^"\n]*"[^"\n]*\b(?:tex|tld4|suld|sust|sured|txq|suq)\.')
 
 Masked = Tuple[int, int, int]  # (parameter, offset inside it, length)
+
+#: device state a kernel's pruned closure reaches through these functions (declarations left after pruning)
+_STATE_NAMES = (
+    ("heap", r"malloc|free|__nv_malloc|__nv_free"),
+    ("printf", r"vprintf"),
+    ("launch", r"__cudaCDP2\w*|cudaLaunchDevice\w*|cudaGetParameterBuffer\w*"),
+)
+_DEVICE_STATE = tuple((name, re.compile(rf"^declare [^\n]*@(?:{p})\(", re.M)) for name, p in _STATE_NAMES)
+_STATE_SYMBOL = tuple((name, re.compile(rf"(?:{p})\Z")) for name, p in _STATE_NAMES)
 
 
 @dataclass
@@ -41,8 +52,49 @@ class KernelIR:
     variables: List[str]
     uses_textures: bool
     param_sizes: List[int] = field(default_factory=list)
+    #: device_state() of the closure: heap, printf, launch, and fnptr (calls through pointers loaded from memory)
+    state: List[str] = field(default_factory=list)
+    #: parameters the kernel calls as device functions (function_pointer_calls)
+    fnptr_params: List[int] = field(default_factory=list)
     #: how the app's build compiled the kernel's module (mneme.cc.embedded.build_settings)
     build: Dict[str, object] = field(default_factory=dict)
+
+
+def device_state(ir_text: str) -> List[str]:
+    """What the kernel's closure touches besides its arguments and variables: "heap" (malloc/free, so device
+    `new`/`delete`: memory in the context's device heap, which no allocation the recorder sees holds), "printf"
+    (output in the app's stdout), "launch" (device-side launches through libcudadevrt). A timing rerun of a
+    kernel with heap or printf would allocate or print again, so the recorder runs it once."""
+    return [name for name, pattern in _DEVICE_STATE if pattern.search(ir_text)]
+
+
+_INDIRECT_CALL = re.compile(r"\bcall\b[^\n]*?\s%([-\w.$]+)\(")
+
+
+def function_pointer_calls(mod, kernel: str) -> Tuple[List[int], bool]:
+    """(parameters the kernel calls as device functions, whether its closure calls through pointers it loads
+    from memory: virtual functions, function tables). Read after default<O1> on a clone, where a parameter
+    called through a local copy is called by its own name; the pipeline runs only when there is an indirect
+    call at all."""
+    text = str(mod)
+    if not _INDIRECT_CALL.search(text):
+        return [], False
+    from mneme.errors import MnemeError
+    from mneme.ir.pipeline import optimize
+
+    try:
+        clone = mod.clone()
+        optimize(clone, "default<O1>")
+        text = str(clone)
+    except (RuntimeError, MnemeError):
+        pass
+    params: List[str] = []
+    m = re.search(r"^define [^\n]*@" + re.escape(kernel) + r"\((.*)\)[^\n]*\{$", text, re.M)
+    if m:
+        params = re.findall(r"%([-\w.$]+)(?=,|$)", m.group(1))
+    callees = _INDIRECT_CALL.findall(text)
+    called = sorted({params.index(c) for c in callees if c in params})
+    return called, any(c not in params for c in callees)
 
 
 def uses_textures(ir_text: str) -> bool:
@@ -133,14 +185,14 @@ class IRIndex:
     def has(self, kernel: str) -> bool:
         return kernel in self.defined_in
 
-    def table_entry(self, kernel: str) -> Tuple[int, List[Masked], List[str]]:
+    def table_entry(self, kernel: str) -> Tuple[int, List[Masked], List[str], List[str]]:
         """What the recorder's kernel table needs of a kernel (parameter count, masked argument bytes, the
-        variables it can reach), from one parse and one reference graph per module rather than a pruned
-        closure per kernel; the closure where the kernel reaches symbols its own module does not define
-        and other modules might (relocatable device code)."""
+        variables it can reach, its device state heap/printf/launch), from one parse and one reference graph
+        per module rather than a pruned closure per kernel; the closure where the kernel reaches symbols its
+        own module does not define and other modules might (relocatable device code)."""
         if kernel in self._closures or kernel not in self.defined_in:
             info = self.closure(kernel)
-            return len(info.arg_kinds), info.masked, info.variables
+            return len(info.arg_kinds), info.masked, info.variables, info.state
         from mneme.ir import kernel_params, module_globals
         from mneme.ir.module import parse_module, reachable_symbols, symbol_references
 
@@ -151,12 +203,14 @@ class IRIndex:
             self._graphs[sha] = (mod, symbol_references(mod), module_globals(mod))
         mod, refs, variables = self._graphs[sha]
         reach = reachable_symbols(refs, kernel)
-        if len(self.modules) > 1 and any(r not in refs and not r.startswith("llvm.") for r in reach):
+        undefined = [r for r in reach if r not in refs and not r.startswith("llvm.")]
+        if len(self.modules) > 1 and any(not any(p.match(r) for _, p in _STATE_SYMBOL) for r in undefined):
             info = self.closure(kernel)
-            return len(info.arg_kinds), info.masked, info.variables
+            return len(info.arg_kinds), info.masked, info.variables, info.state
         params = kernel_params(mod, kernel)
         masked = sorted((p.index, off, n) for p in params for off, n in list(p.pointer_ranges) + padding_ranges(mod, p))
-        return len(params), masked, [g.name for g in variables if g.name in reach]
+        state = [name for name, p in _STATE_SYMBOL if any(p.match(r) for r in undefined)]
+        return len(params), masked, [g.name for g in variables if g.name in reach], state
 
     def closure(self, kernel: str) -> KernelIR:
         """The kernel's closure across translation units (from its own module when that suffices)."""
@@ -181,6 +235,8 @@ class IRIndex:
             for off, n in list(p.pointer_ranges) + padding_ranges(mod, p):
                 masked.append((p.index, off, n))
         bitcode = mod.as_bitcode()
+        text = str(mod)
+        fn_params, loaded_calls = function_pointer_calls(mod, kernel)
         # static_hash strips struct names in its module's LLVM context: give it a private copy
         shash = static_hash(parse_module(bitcode, name=kernel, context=new_context()), kernel)
         info = KernelIR(
@@ -194,7 +250,9 @@ class IRIndex:
             specializations=[bool(p.specializable) for p in params],
             masked=sorted(masked),
             variables=[g.name for g in module_globals(mod)],
-            uses_textures=uses_textures(str(mod)),
+            uses_textures=uses_textures(text),
+            state=device_state(text) + (["fnptr"] if loaded_calls else []),
+            fnptr_params=fn_params,
             param_sizes=[p.size for p in params],
             build=build_settings(self.modules[self.defined_in[kernel][0]]),
         )
@@ -220,15 +278,16 @@ def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
     """The kernel table for every kernel of `index`; selected kernels only, each from its module's reference graph (IRIndex.table_entry)."""
     from mneme.ir.module import demangle
 
-    lines = ["# mneme kernel table v1: K name selected nparams masked(param:offset:length) variables"]
+    lines = ["# mneme kernel table v1: K name selected nparams masked(param:offset:length) variables [state]"]
     for k in index.kernels():
         if not selects(selector, k, demangle(k)):
             lines.append(f"K\t{k}\t0\t0\t-\t-")
             continue
-        nparams, masked_bytes, reached = index.table_entry(k)
+        nparams, masked_bytes, reached, device_state_ = index.table_entry(k)
         masked = ",".join(f"{p}:{o}:{n}" for p, o, n in masked_bytes) or "-"
         variables = ",".join(v for v in reached if "," not in v and "\t" not in v) or "-"
-        lines.append(f"K\t{k}\t1\t{nparams}\t{masked}\t{variables}")
+        state = ",".join(s for s in device_state_ if s != "fnptr") or "-"  # the recorder reads heap, printf
+        lines.append(f"K\t{k}\t1\t{nparams}\t{masked}\t{variables}\t{state}")
     return "\n".join(lines) + "\n"
 
 

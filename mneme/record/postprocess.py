@@ -190,6 +190,12 @@ def _gather(logs: List[ProcessLog]) -> Dict[str, _KernelRun]:
     return runs
 
 
+#: what a kernel that allocates from the device heap means for its recording (warning, replay hints)
+HEAP_NOTE = ("allocates from the device heap (malloc/new in device code): the heap is not recorded, so replay "
+             "allocates from its own and the heap pointers it stores differ from the app's; later kernels that "
+             "read objects it allocated find no recorded memory there. It was not rerun for timing in the app")
+
+
 def _replay_reasons(ir: Optional[KernelIR], kr: _KernelRun, managed_vars: List[str]) -> List[str]:
     reasons: List[str] = []
     if ir is None:
@@ -199,6 +205,11 @@ def _replay_reasons(ir: Optional[KernelIR], kr: _KernelRun, managed_vars: List[s
     if ir is None and any(inst.texture_words for _, inst in kr.instances):
         reasons.append("an argument equals a live texture/surface object, which replay cannot recreate")
     if ir is not None:
+        for i in ir.fnptr_params:
+            name = ir.arg_names[i] if i < len(ir.arg_names) else f"#{i}"
+            reasons.append(f"argument {i} ({name}) is a device function pointer the kernel calls: it holds the "
+                           "address of a function in the app's module, which replay's module does not have there "
+                           "(relocating function pointers is not implemented)")
         used = sorted(set(ir.variables) & set(managed_vars))
         if used:
             reasons.append(f"it uses __managed__ variable(s) {', '.join(used)}, which replay cannot place")
@@ -307,6 +318,8 @@ class _Writer:
                 a["OtherLaunchAttributes"] = raw.attrs
             if raw.recorder_time:
                 a["RecorderTime"] = dict(raw.recorder_time)
+            if raw.limits:
+                a["ContextLimits"] = dict(raw.limits)
             attrs[dh] = a
             new += 1
         return insts, attrs, new
@@ -344,6 +357,9 @@ class _Writer:
         extra["Launches"] = int(extra.get("Launches", 0)) + self.kr.launches
         extra["InstanceAttributes"] = attrs
         extra["SourceModules"] = list(self.ir.modules) if self.ir else []
+        extra["DeviceState"] = list(self.ir.state) if self.ir else []
+        if self.ir is not None and "heap" in self.ir.state and not self.db:
+            self.warnings.append(f"{self.ir.demangled}: {HEAP_NOTE}")
         if self.ir is not None:
             extra["BuildSettings"] = dict(self.ir.build)  # the app's device build flags: the replay baseline's
         prov = dict(self.db.provenance) if self.db else {}

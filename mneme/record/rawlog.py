@@ -74,6 +74,16 @@ class RawInstance:
     blob_bytes: int = 0
     #: the recorder's own time for this instance (ns; copy_bytes in bytes), see RECORDER_TIME
     recorder_time: Dict[str, int] = field(default_factory=dict)
+    #: the context's limits at the launch (mneme.config.CONTEXT_LIMITS names): heap size, pending launches ...
+    limits: Dict[str, int] = field(default_factory=dict)
+
+
+def _limits(pairs) -> Dict[str, int]:
+    """The recorder's [[CUlimit, value], ...] by mneme.config.CONTEXT_LIMITS name (unknown ids by number)."""
+    from mneme.config import CONTEXT_LIMITS
+
+    names = {v: k for k, v in CONTEXT_LIMITS.items()}
+    return {names.get(int(i), f"limit_{int(i)}"): int(v) for i, v in pairs}
 
 
 @dataclass
@@ -181,6 +191,7 @@ def _apply(log: ProcessLog, ev: Dict[str, Any]) -> None:
             # timed reruns of the app's kernel on the prologue (MNEME_RETIME), warm where t_ns may be cold
             samples=[int(t) for t in ev.get("rt", [])],
             recorder_time={name: int(ev[f]) for f, name in RECORDER_TIME.items() if f in ev},
+            limits=_limits(ev.get("limits", [])),
         )
     elif kind == "occ":
         inst = log.instances.get(int(ev["i"]))

@@ -71,6 +71,8 @@ class LaunchAttributes(_Open):
     SnapshotBytes: Count = 0
     Cluster: Optional[List[Count]] = None
     Cooperative: bool = False
+    #: the context's limits at the launch (mneme.config.CONTEXT_LIMITS names), set again by replay
+    ContextLimits: Dict[str, Count] = {}
 
 
 class RecordDB(_Open):
@@ -97,6 +99,7 @@ class RecordDB(_Open):
     Launches: Count = 0
     InstanceAttributes: Dict[DynamicHash, LaunchAttributes] = {}
     SourceModules: List[str] = []
+    DeviceState: List[str] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> "RecordDB":

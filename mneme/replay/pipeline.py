@@ -25,6 +25,7 @@ from mneme.ir import CompileCache, CompiledKernel, compile_kernel, kernel_params
 from mneme.record import integrity
 from mneme.record.db import RecordedExecution
 from mneme.record.memstate import written_state
+from mneme.replay.devstate import failure_notes
 from mneme.replay.verify import Verifier
 from mneme.snapshot import Snapshot
 
@@ -108,6 +109,8 @@ class ReplayPipeline:
         self._written = None
         self._modules: Dict[str, Any] = {}
         self.verifier = None
+        #: recorded context limits the context refused (Device.set_limits), named in failures
+        self.limit_problems: Dict[str, str] = {}
 
     # -- the IR half ----------------------------------------------------------------------------
     @property
@@ -219,6 +222,9 @@ class ReplayPipeline:
                 f"{self.record_db} was recorded on {want}; this GPU ({self.device.name}) is {self.device.arch}. "
                 f"Pass --arch {self.device.arch} to replay it here anyway"
             )
+        limits = self.instance_attributes.get("ContextLimits") or {}
+        if limits:  # before any module loads: the heap size cannot change after a kernel that uses malloc ran
+            self.limit_problems = self.device.set_limits(limits)
         try:
             self._arena = Arena(self.device, self.record.vaddr, self.record.va_size)
             self._prologue = Snapshot.read(self.instance.checked_prologue())
@@ -334,6 +340,10 @@ class ReplayPipeline:
         except DeviceError as e:
             r.failed, r.status, r.error = True, "runtime_error", str(e)
             self._safe_reset(mod)
+        if r.failed or (r.executed and not r.verified):
+            notes = failure_notes(self.record, self.record_db, self.limit_problems)
+            if notes:
+                r.error = "; ".join([r.error] + notes) if r.error else "; ".join(notes)
         r.end_time = _now()
         return r
 

@@ -29,6 +29,8 @@
   X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)            \
   X(cuDevicePrimaryCtxRelease, PFN_cuDevicePrimaryCtxRelease_v11000)        \
   X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                              \
+  X(cuCtxGetLimit, PFN_cuCtxGetLimit_v3010)                                  \
+  X(cuCtxSetLimit, PFN_cuCtxSetLimit_v3010)                                  \
   X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                \
   X(cuStreamDestroy, PFN_cuStreamDestroy_v4000)                              \
   X(cuStreamQuery, PFN_cuStreamQuery_v2000)                                  \

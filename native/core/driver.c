@@ -191,6 +191,30 @@ int mnc_enter(void) {
   return 0;
 }
 
+static int ctx_limit(int which, uint64_t value, uint64_t *now) {
+  MNC_TRY(mnc_enter());
+  size_t cur = 0;
+  MNC_CU(mnc_cu.cuCtxGetLimit(&cur, (CUlimit)which), "cuCtxGetLimit");
+  if (value != UINT64_MAX && (uint64_t)cur != value) {
+    CUresult r = mnc_cu.cuCtxSetLimit((CUlimit)which, (size_t)value);
+    if (r != CUDA_SUCCESS) {
+      *now = (uint64_t)cur;
+      return mnc_fail_cu(r, "cuCtxSetLimit");
+    }
+    MNC_CU(mnc_cu.cuCtxGetLimit(&cur, (CUlimit)which), "cuCtxGetLimit");
+  }
+  *now = (uint64_t)cur;
+  return 0;
+}
+
+int mnc_ctx_limit(int which, uint64_t value, uint64_t *now) {
+  if (!now) return mnc_fail(MNC_E_INVALID, "mnc_ctx_limit: now is NULL");
+  mnc_lock();
+  int s = ctx_limit(which, value, now);
+  mnc_unlock();
+  return s;
+}
+
 void mnc_set_timeout(double seconds) {
   mnc_lock();
   mnc_g.timeout_s = seconds > 0 ? seconds : 60.0;

@@ -75,6 +75,7 @@ int mn_drv_load(char *why, size_t cap) {
   NEED(map, "cuMemMap", 10020);
   NEED(unmap, "cuMemUnmap", 10020);
   NEED(setAccess, "cuMemSetAccess", 10020);
+  WANT(ctxGetLimit, "cuCtxGetLimit", 3010);
   WANT(streamWaitValue32, "cuStreamWaitValue32", 11070);
   WANT(funcGetParamInfo, "cuFuncGetParamInfo", 12040);
   WANT(funcIsLoaded, "cuFuncIsLoaded", 12040);

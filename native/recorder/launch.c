@@ -605,6 +605,22 @@ static void mask_ranges(const uint8_t *mask, uint32_t n, uint64_t *off, uint64_t
   }
 }
 
+/* The context's limits at the launch (CUlimit id, value): the device heap size, the device runtime's
+ * pending-launch count and sync depth, the stack and printf FIFO sizes. Replay sets the same ones. */
+static void log_limits(mn_line *l) {
+  static const CUlimit which[] = {CU_LIMIT_STACK_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE,
+                                  CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT};
+  uint64_t ids[5], vals[5];
+  size_t n = 0;
+  for (size_t i = 0; D.ctxGetLimit && i < 5; i++) {
+    size_t v = 0;
+    if (D.ctxGetLimit(&v, which[i]) != CUDA_SUCCESS) continue;
+    ids[n] = (uint64_t)which[i];
+    vals[n++] = (uint64_t)v;
+  }
+  if (n) mn_line_pairs(l, "limits", ids, vals, n);
+}
+
 static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *inst, const argscan *a, const char *pro,
                          const char *epi, uint64_t t_ns, const uint64_t *retimes, uint32_t nretimes,
                          const snapshot_set *s, uint64_t pro_bytes, uint64_t epi_bytes, const rec_time *rt) {
@@ -656,6 +672,7 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
     mn_line_u64(&l, "t_write", rt->write);
     mn_line_u64(&l, "t_retime", rt->retime);
     mn_line_u64(&l, "t_record", rt->total);
+    log_limits(&l);
     mn_log_event(&l);
   } else {
     mn_error("out of memory writing an instance event", k->name);
@@ -797,7 +814,10 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
    * seen only when the app asks for them, e.g. by cudaMemcpyFromSymbol after the launch), nor when a
    * variable could not be read. */
   uint64_t t_rt = mn_precise_ns();
-  uint32_t nretimes = a->nforeign || a->ntex || !k->tab || s.unrestorable ? 0 : retime(L, k, &s, retimes);
+  /* Nor for a kernel that allocates from the device heap or prints (kernel table): a rerun would allocate
+   * again or print again, which no prologue undoes. */
+  uint32_t nretimes =
+      a->nforeign || a->ntex || !k->tab || k->tab->no_rerun || s.unrestorable ? 0 : retime(L, k, &s, retimes);
   t_rt = mn_precise_ns() - t_rt;
   uint64_t t_ns = 0;
   CUresult r, after;

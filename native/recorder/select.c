@@ -132,9 +132,16 @@ static int parse_vars(mn_ktab_entry *e, char *s) {
   return 0;
 }
 
+/* "heap,printf,launch" or "-": 1 when a rerun of the kernel would change state the prologue cannot restore. */
+static int parse_state(const char *s) {
+  if (strcmp(s, "-") == 0) return 0;
+  return strstr(s, "heap") != NULL || strstr(s, "printf") != NULL;
+}
+
 static int parse_line(mn_ktab_entry *e, char *line) {
-  char *f[7];
-  if (split(line, '\t', f, 7) != 6 || strcmp(f[0], "K") != 0 || !*f[1]) return -1;
+  char *f[8];
+  size_t nf = split(line, '\t', f, 8);
+  if ((nf != 6 && nf != 7) || strcmp(f[0], "K") != 0 || !*f[1]) return -1;
   long sel, np;
   if (parse_uint(f[2], f[2] + strlen(f[2]), &sel) || sel > 1) return -1;
   if (parse_uint(f[3], f[3] + strlen(f[3]), &np)) return -1;
@@ -143,6 +150,7 @@ static int parse_line(mn_ktab_entry *e, char *line) {
   e->selected = (int)sel;
   e->nparams = (uint32_t)np;
   if (parse_ranges(e, f[4])) return -1;
+  e->no_rerun = nf == 7 && parse_state(f[6]);
   return parse_vars(e, f[5]);
 }
 

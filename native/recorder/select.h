@@ -25,6 +25,7 @@ typedef struct mn_ktab_entry {
   mn_ptr_range *ranges;
   uint32_t nvars;
   char **vars;            /* variables the kernel's IR closure references */
+  int no_rerun;           /* device state a timing rerun would change (device heap, printf): never rerun */
 } mn_ktab_entry;
 
 typedef struct mn_ktab {
@@ -34,7 +35,8 @@ typedef struct mn_ktab {
 
 /* Parses the kernel table file written by `mneme record` (format in mneme/record/kerneltable.py):
  *   one line per kernel, tab-separated: "K", name, selected (0/1), nparams,
- *   pointer ranges ("param:offset:length,..." or "-"), variables ("name,..." or "-").
+ *   pointer ranges ("param:offset:length,..." or "-"), variables ("name,..." or "-"), and optionally
+ *   the device state the kernel's code touches ("heap,printf,launch" or "-"; heap or printf: no reruns).
  * Lines starting with '#' are comments. Returns 0, or -1 with a message in err (the line number). */
 int mn_ktab_load(mn_ktab *t, const char *path, char *err, size_t errlen);
 int mn_ktab_parse(mn_ktab *t, const char *text, char *err, size_t errlen);

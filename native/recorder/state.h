@@ -236,6 +236,7 @@ typedef struct mn_drv {
   PFN_cuMemUnmap_v10020 unmap;
   PFN_cuMemSetAccess_v10020 setAccess;
   /* optional (NULL on older drivers) */
+  PFN_cuCtxGetLimit_v3010 ctxGetLimit;
   PFN_cuStreamWaitValue32_v11070 streamWaitValue32;
   PFN_cuFuncGetParamInfo_v12040 funcGetParamInfo;
   PFN_cuFuncIsLoaded_v12040 funcIsLoaded;

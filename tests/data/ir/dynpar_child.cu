@@ -1,0 +1,4 @@
+__global__ void fillChild(int *out, int n, int value) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = value;
+}

@@ -1,0 +1,81 @@
+"""Device state a kernel's IR closure touches beyond its arguments and variables (mneme.record.kerneltable
+.device_state): the device heap, printf, device-side launches; and the replay note that names the kernels
+of a recording that allocate from the heap (mneme.replay.devstate)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from irutil import bc_dir, compile_cu  # noqa: F401  (fixtures)
+
+from mneme.ir.link import extract_kernel_closure
+from mneme.record.kerneltable import device_state
+from mneme.replay.devstate import heap_kernels
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def states(src: str, bc_dir: Path, rdc: bool = False) -> dict:
+    from mneme.ir.module import module_kernels, parse_module
+
+    bc = compile_cu(EXAMPLES / src, bc_dir, rdc=rdc, extra=[f"-I{EXAMPLES}"]).read_bytes()
+    out = {}
+    for k in module_kernels(parse_module(bc)):
+        mod, _ = extract_kernel_closure([(src, bc)], k)
+        out[k.split("P")[0]] = device_state(str(mod))
+    return out
+
+
+def test_heap_kernels_are_told_from_their_readers(bc_dir):
+    got = states("devheap.cu", bc_dir)
+    # the reader of the heap tables does not allocate: its own IR cannot say it reads the heap
+    assert got == {"_Z8heapFill": ["heap"], "_Z7heapSum": [], "_Z8heapFree": ["heap"]}
+
+
+def test_device_side_launches_and_printf(bc_dir, tmp_path):
+    got = states("dynpar.cu", bc_dir, rdc=True)
+    assert got["_Z10launchRows"] == ["launch"] and got["_Z8scaleRow"] == []
+    src = tmp_path / "printing.cu"
+    src.write_text('#include <cstdio>\n__global__ void say(int v) { printf("%d\\n", v); }\n')
+    from mneme.ir.module import parse_module
+
+    mod = parse_module(compile_cu(src, bc_dir).read_bytes())
+    assert device_state(str(mod)) == ["printf"]
+
+
+def test_replay_failures_name_the_recordings_heap_kernels(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"StaticHash": "a", "DemangledName": "heapFill(float**)",
+                                                 "DeviceState": ["heap"]}))
+    (tmp_path / "b.json").write_text(json.dumps({"StaticHash": "b", "DemangledName": "heapSum(float**)",
+                                                 "DeviceState": []}))
+    (tmp_path / "c.json").write_text("not json")
+    assert heap_kernels(str(tmp_path / "b.json")) == ["heapFill(float**)"]
+    assert heap_kernels(str(tmp_path / "nothere" / "x.json")) == []
+
+
+def test_function_pointer_arguments_and_tables_are_found(bc_dir):
+    from mneme.ir.module import module_kernels, parse_module
+    from mneme.record.kerneltable import function_pointer_calls
+
+    bc = compile_cu(EXAMPLES / "devfnptr.cu", bc_dir, extra=[f"-I{EXAMPLES}"]).read_bytes()
+    got = {}
+    for k in module_kernels(parse_module(bc)):
+        mod, _ = extract_kernel_closure([("devfnptr.cu", bc)], k)
+        got[k.split("P")[0]] = function_pointer_calls(mod, k)
+    assert got == {"_Z7applyFn": ([1], False), "_Z10applyTable": ([], True)}
+    plain = extract_kernel_closure([("devheap.cu", compile_cu(EXAMPLES / "devheap.cu", bc_dir,
+                                                               extra=[f"-I{EXAMPLES}"]).read_bytes())],
+                                   "_Z7heapSumPKPfS_i")[0]
+    assert function_pointer_calls(plain, "_Z7heapSumPKPfS_i") == ([], False)
+
+
+def test_a_function_pointer_argument_makes_the_kernel_not_replayable_by_name():
+    from mneme.record.kerneltable import KernelIR
+    from mneme.record.postprocess import _KernelRun, _replay_reasons
+
+    ir = KernelIR("_Z7applyFnPfPFffEi", "applyFn", "0" * 64, ["devfnptr.cu"], b"", ["v", "f", "n"],
+                  ["ptr", "ptr", "int"], [False, False, True], [], [], False, fnptr_params=[1])
+    (reason,) = _replay_reasons(ir, _KernelRun(ir.name), [])
+    assert reason.startswith("argument 1 (f) is a device function pointer")
+    ir.fnptr_params = []
+    assert _replay_reasons(ir, _KernelRun(ir.name), []) == []
