@@ -171,7 +171,7 @@ class Tuner:
             "objective": st.fingerprint_of(self.objective.describe()),
         }
         self.study, resumed = st.open_study(storage, self.study_name, self.objective.directions, self.sampler,
-                                            fingerprints, o.resume)
+                                            fingerprints, o.resume, self.objective.labels)
         if not resumed:
             self._describe_study(fingerprints)
         else:  # the summary names the options of the latest run (sampler, trials, ...), not the first run's
