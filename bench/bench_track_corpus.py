@@ -262,6 +262,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--budget", type=float, default=420.0, help="seconds; no kernel starts past it (default 420)")
     ap.add_argument("--run-timeout", type=float, default=180.0, help="seconds one `mneme tune` may take (default 180)")
     args = ap.parse_args(argv)
+    args.work = args.work.resolve()  # each `mneme tune` runs in a scratch folder of its own
     if args.quick:
         args.trials, args.pairs, args.kernels, args.synthetic_trials = min(args.trials, 40), 1, min(args.kernels, 2), 0
     budget = stage.Budget(args.budget)
