@@ -66,7 +66,11 @@ def corpus_targets(work: Path, apps: Sequence[str], min_us: float, max_us: float
         rdb = work / app / "rdb"
         kernels = gpu.read_dbs(rdb)
         if not kernels and record is not None:
-            record(app)
+            try:
+                record(app)
+            except Exception as e:  # noqa: BLE001 - the other apps go on
+                skipped.append({"app": app, "why": f"recording failed: {type(e).__name__}: {e}"})
+                continue
             kernels = gpu.read_dbs(rdb)
         if not kernels:
             skipped.append({"app": app, "why": f"no record DB under {rdb}"})

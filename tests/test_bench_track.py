@@ -36,6 +36,19 @@ def test_one_kernel_per_app_inside_the_time_window(work):
     assert why["vecadd"] == "no replayable instance of 5-9.8 us" and "no record DB under" in why["nbody"]
 
 
+def test_an_app_that_cannot_be_recorded_is_left_out_with_why_and_the_others_go_on(work):
+    recorded = []
+
+    def record(app):
+        recorded.append(app)
+        raise FileNotFoundError(f"{app}: not in the pack .corpus/packtrack (it has simpleStreams)")
+
+    targets, skipped = btc.corpus_targets(work, ["nbody", "matmul"], min_us=5, max_us=9.8, record=record)
+    assert recorded == ["nbody"] and [t["app"] for t in targets] == ["matmul"]  # matmul has its DBs: not recorded
+    assert skipped == [{"app": "nbody", "why": "recording failed: FileNotFoundError: nbody: not in the pack "
+                                               ".corpus/packtrack (it has simpleStreams)"}]
+
+
 def test_kernels_whose_baseline_replay_failed_are_passed_over(work):
     replay = [{"name": "_Z13matmulDynamicPKfS0_Pfii", "replayed": [{"id": "342e545afa517589", "status": "failed"}]},
               {"name": "_Z12matmulStaticPKfS0_Pfi", "replayed": [{"id": "54cdad926e4f883b", "status": "verified"}]}]
