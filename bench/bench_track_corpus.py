@@ -20,7 +20,7 @@ corpus's replay and tune stages do. --record-db DB tunes the given record DBs in
 The bench stops starting kernels when --budget seconds are spent, and names the ones it left out.
 
 Usage:
-    python bench/bench_track_corpus.py --pack .corpus/pack [--apps A,B] [--trials 120] [--pairs 2]
+    python bench/bench_track_corpus.py --pack .corpus/pack [--apps A,B] [--trials 100] [--pairs 2]
     python bench/bench_track_corpus.py --record-db DB.json --compile-only --trials 6 --pairs 1   # no GPU
 """
 
@@ -247,6 +247,15 @@ def summarize(run: benchlib.Run, targets: List[Dict[str, Any]], rows: List[Dict[
 
 # ---- the run -------------------------------------------------------------------------------------------
 
+def save_partial(out: Path, rows, synthetic, skipped) -> None:
+    """The rows so far beside the results file (OUT.partial.json), in case the call is cut before the end."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".partial.json").write_text(json.dumps(
+            {"rows": rows, "synthetic": synthetic, "skipped": skipped}, indent=1, default=str) + "\n")
+    except OSError as e:
+        print(f"bench track_corpus: could not save the rows so far: {e}", file=sys.stderr)
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = benchlib.arguments("track_corpus", __doc__)
     ap.add_argument("--work", type=Path, default=gpu.WORK, help="corpus work folder with <app>/rdb (default .corpus/work)")
@@ -256,14 +265,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--kernels", type=int, default=4, help="kernels at most (default 4)")
     ap.add_argument("--min-us", type=float, default=20.0, help="shortest in-app instance time (default 20 us)")
     ap.add_argument("--max-us", type=float, default=1000.0, help="longest in-app instance time (default 1000 us)")
-    ap.add_argument("--trials", type=int, default=120, help="trials per `mneme tune` run (default 120)")
+    ap.add_argument("--trials", type=int, default=100, help="trials per `mneme tune` run (default 100)")
     ap.add_argument("--pairs", type=int, default=2, help="off/on pairs per kernel, ABBA order (default 2)")
     ap.add_argument("--space", default="standard", help="search space (default standard, the corpus tune stage's)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--synthetic-trials", type=int, default=60,
-                    help="trials of mneme.track.overhead's paced loop per kernel (0: none; default 60)")
+    ap.add_argument("--synthetic-trials", type=int, default=40,
+                    help="trials of mneme.track.overhead's paced loop per kernel (0: none; default 40)")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: --devices none --objective registers")
-    ap.add_argument("--budget", type=float, default=420.0, help="seconds; no kernel starts past it (default 420)")
+    ap.add_argument("--budget", type=float, default=420.0,
+                    help="seconds; a kernel starts only if 1.25x the longest kernel so far still fits (default 420)")
     ap.add_argument("--run-timeout", type=float, default=180.0, help="seconds one `mneme tune` may take (default 180)")
     args = ap.parse_args(argv)
     args.work = args.work.resolve()  # each `mneme tune` runs in a scratch folder of its own
@@ -288,18 +298,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows: List[Dict[str, Any]] = []
     synthetic: Dict[str, Dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="mneme-bench-track-") as tmp:
-        for n, t in enumerate(targets):
-            spent = [r.get("wall_s", 0) for r in rows]
-            need = 2 * args.pairs * (max(spent) if spent else 10.0)
-            if n and not budget.can_start(need):
+        measured: List[Dict[str, Any]] = []
+        longest = 0.0  # the longest kernel so far (its runs, the paced loop and the writers' waits), seconds
+        for t in targets:
+            need = 1.25 * longest
+            if measured and not budget.can_start(need):
                 skipped.append({"app": t["app"], "why": f"budget: {budget.left():.0f} s left of {args.budget:.0f}, "
                                                         f"~{need:.0f} s needed"})
                 continue
+            started = time.perf_counter()
+            measured.append(t)
             for i, track in enumerate(abba(args.pairs)):
                 wait_for_writers()
                 ident = {"kernel": t["label"], "mode": ON if track else OFF, "pair": i // 2 + 1}
                 rows.append(benchlib.guarded(ident, lambda: tune_row(t, track, args.trials, args.space, args.seed,
-                                                                     args.compile_only, budget.cap(args.run_timeout),
+                                                                     args.compile_only, args.run_timeout,
                                                                      Path(tmp)), args.verbose))
                 print(f"  {t['label']:<40} {rows[-1]['mode']:<11} {rows[-1].get('per_s', 0):7.2f} configs/s"
                       + (f"  ERROR {rows[-1]['error'][:200]}" if "error" in rows[-1] else ""), file=sys.stderr)
@@ -309,7 +322,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 syn = benchlib.guarded({}, lambda: synthetic_row(t, off["per_s"], args.synthetic_trials), args.verbose)
                 syn["synthetic_error"] = syn.pop("error", None)  # the tune rows stand without it
                 synthetic[t["label"]] = syn
-    summarize(run, targets, rows, synthetic, skipped, args)
+            longest = max(longest, time.perf_counter() - started)
+            save_partial(args.out, rows, synthetic, skipped)
+    summarize(run, measured, rows, synthetic, skipped, args)
     for tab in run.tables[:1]:
         print("\n" + benchlib.render_markdown(tab) + "\n")  # for docs/BENCHMARKS.md as it is
     return run.finish(args.out)

@@ -22,7 +22,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 @pytest.fixture
 def work(tmp_path):
     """A corpus work folder as `corpus.sh record` leaves it: <app>/rdb with the record DBs."""
-    for app in ("vecadd", "matmul"):
+    for app in ("vecadd", "matmul", "manylaunch"):
         shutil.copytree(FIXTURES / app, tmp_path / app / "rdb")
     return tmp_path
 
@@ -82,8 +82,9 @@ def test_pairs_medians_and_the_ratio_line():
 @pytest.mark.slow
 def test_a_whole_run_compile_only_counts_the_runs_in_a_real_mlflow_store(work, tmp_path, capsys):
     out = tmp_path / "track.json"
-    code = btc.main(["--work", str(work), "--apps", "vecadd,matmul", "--min-us", "1", "--kernels", "1", "--compile-only",
-                     "--trials", "3", "--pairs", "1", "--synthetic-trials", "2", "--out", str(out)])
+    code = btc.main(["--work", str(work), "--apps", "vecadd,matmul,manylaunch", "--min-us", "1", "--kernels", "2",
+                     "--budget", "1", "--compile-only", "--trials", "3", "--pairs", "1", "--synthetic-trials", "2",
+                     "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0, printed
     doc = json.loads(out.read_text())
@@ -93,6 +94,10 @@ def test_a_whole_run_compile_only_counts_the_runs_in_a_real_mlflow_store(work, t
     assert k["tracking_us_per_trial"] > 0 and k["synthetic_error"] is None
     runs = doc["tables"][1]["rows"]
     assert [r["mode"] for r in runs] == [btc.OFF, btc.ON] and "store_trial_runs" not in runs[0]
-    assert doc["summary"]["skipped"] == [{"app": "matmul", "why": "over --kernels 1"}]
+    # the first kernel always runs; the second does not fit a 1-second budget; the third is over --kernels
+    why = {s["app"]: s["why"] for s in doc["summary"]["skipped"]}
+    assert why["matmul"].startswith("budget: ") and why["manylaunch"] == "over --kernels 2" and len(why) == 2
+    partial = json.loads(out.with_suffix(".partial.json").read_text())  # what a cut call would have left
+    assert [r["mode"] for r in partial["rows"]] == [btc.OFF, btc.ON]
     assert "| kernel | in-app us | trials | off configs/s | on configs/s | on / off |" in printed
     assert printed.strip().splitlines()[-1] == "ratio: " + doc["ratio"]
