@@ -98,7 +98,7 @@ def _closing_lines(stdout: str) -> dict:
     import yaml
 
     lines = stdout.strip().splitlines()
-    tail = lines[-12:]
+    tail = lines[-20:]
     results = next((ln for ln in tail if ln.startswith("results: ")), None)
     assert results, "the sweep did not end on its results path:\n" + "\n".join(tail)
     hydra = next((ln for ln in tail if ln.startswith("Hydra: ")), None)
