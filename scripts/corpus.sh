@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The corpus campaign (issue 20 item 6; docs/GPU.md "Corpus campaign"):
 #   bash scripts/corpus.sh STAGE [--apps A,B] [options]      (make corpus STAGE=... APPS=...)
-# development machine: build, plan, pack, merge;  GPU machine: plain, record, replay, tune, ncu.
+# development machine: build, plan, pack, merge;  GPU machine: plain, record, replay, tune, ncu, apply.
 # `bash scripts/corpus.sh list --help` shows every option.
 set -uo pipefail
 cd "$(dirname "$0")/.."

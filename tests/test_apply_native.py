@@ -56,12 +56,13 @@ def manifest(tuned, tmp_path, rule="exact", variables=(), cubin=None):
     return entries[0], write_manifest(entries, tmp_path / "m.txt")
 
 
-def run_app(fake, m, stats, *launches, mode="apply", driver=None, cukernel=False):
-    env = {k: v for k, v in os.environ.items() if k != "FAKE_CUKERNEL"}
+def run_app(fake, m, stats, *launches, mode="apply", driver=None, cukernel=False, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
     if cukernel:
         env["FAKE_CUKERNEL"] = "1"
     env = {**env, "LD_LIBRARY_PATH": str(driver or fake), "LD_PRELOAD": str(fake / "libapply.so"),
-           "MNEME_APPLY_MANIFEST": str(m), "MNEME_APPLY_STATS": str(stats), "MNEME_APPLY_MODE": mode}
+           "MNEME_APPLY_MANIFEST": str(m), "MNEME_APPLY_STATS": str(stats), "MNEME_APPLY_MODE": mode,
+           **(env_extra or {})}
     p = subprocess.run([str(fake / "app"), *map(str, launches)], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "app done" in p.stdout, p.stdout + p.stderr
     return p
@@ -97,6 +98,39 @@ def test_the_hold_flag_only_grows_across_timed_launches(fake, tuned, tmp_path, m
     p = run_app(fake, m, tmp_path / "s.txt", *([64, 256, N] * 5), mode=mode)
     assert [int(v) for v in re.findall(r"hold until (\d+)", p.stdout)] == [1, 2, 3, 4, 5]
     assert "went down" not in p.stdout
+
+
+@pytest.mark.parametrize("mode", ["observe", "apply"])
+@pytest.mark.parametrize("cukernel", [False, True], ids=["CUfunction", "CUkernel"])
+def test_functions_are_loaded_before_their_first_held_launch(fake, tuned, tmp_path, mode, cukernel):
+    # lazy loading: a launch that loads its function may wait for the context's streams, one of which the hold
+    # blocks until the launch call returns (the vecadd apply run that hung on the H200)
+    e, m = manifest(tuned, tmp_path)
+    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N, 64, 256, N, mode=mode, cukernel=cukernel,
+                env_extra={"FAKE_LAZY": "1"})
+    fn = "0x2000" if mode == "apply" else ("0x1001" if cukernel else "0x1000")
+    out = p.stdout
+    assert f"load {fn}" in out and out.index(f"load {fn}") < out.index("hold until 1"), out
+    assert "waits for the held stream" not in out and "deadlock" not in out
+    assert [int(v) for v in re.findall(r"hold until (\d+)", out)] == [1, 2]
+    assert "holds_broken 0" in (tmp_path / "s.txt").read_text()
+
+
+def test_a_launch_that_waits_for_its_held_stream_is_released_by_the_watchdog(fake, tuned, tmp_path):
+    # whatever else makes the driver wait for the held stream inside the launch: the watchdog raises the flag,
+    # that launch is not timed, and later launches are not held
+    e, m = manifest(tuned, tmp_path)
+    import time
+
+    t0 = time.monotonic()
+    p = run_app(fake, m, tmp_path / "s.txt", *([64, 256, N] * 3), env_extra={"FAKE_LAUNCH_SYNCS": "1",
+                                                                           "MNEME_APPLY_HOLD_MS": "50"})
+    assert time.monotonic() - t0 < 8
+    assert p.stdout.count("waits for the held stream") == 1 and "deadlock" not in p.stdout
+    assert re.findall(r"hold until (\d+)", p.stdout) == ["1"]
+    stats = (tmp_path / "s.txt").read_text()
+    assert "holds_broken 1" in stats and re.search(r"entry 0 matched 3 applied 3 .* lost 1 timed 2", stats), stats
+    assert "the watchdog released it" in p.stderr
 
 
 def test_the_scaled_rule_recomputes_the_grid_from_the_launchs_work(fake, tuned, tmp_path):

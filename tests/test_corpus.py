@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.corpus import apps as capps  # noqa: E402
 from bench.corpus import build, gpu, merge, render, schema, stage  # noqa: E402
+from bench.corpus import tune as ctune  # noqa: E402
 from bench.corpus.apps import App  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -299,25 +300,73 @@ def test_tune_command_runs_and_its_summary_parses(tmp_path):
     db = next((FIXTURES / "vecadd").glob("*.json"))
     rid = gpu.read_dbs(FIXTURES / "vecadd")[0]["instances"][0]["id"]
     out = tmp_path / "t"
-    argv = gpu.tune_argv(db, rid, out, 4, "standard", 1) + ["--devices", "none", "--objective", "registers"]
+    argv = ctune.tune_argv(db, rid, out, 4, "standard", 1) + ["--devices", "none", "--objective", "registers"]
     p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    doc = gpu.json_object(p.stdout)
+    doc = ctune.json_object(p.stdout)
     assert doc is not None
-    t = gpu.parse_tune(doc, out)
+    t = ctune.parse_tune(doc, out)
     assert t["trials"] == 4 and t["verified_fraction"] == 0.0  # compile-only trials never verify
     assert t["tune_configs_per_s"] > 0 and t["best_config"]["block"]["x"] > 0
+    assert t["failure_reasons"] == [] and isinstance(t["best_changes"], dict)
+    assert (out / "study.db").is_file() and ctune.tune_argv(db, rid, out, 4, "standard", None, resume=True)[-3:] == [
+        "--resume", "--stale-after", "10"]
 
 
 def test_pick_kernels_prefers_verified_heavy_instances():
     ks = [{"name": "big", "replayable": True, "instances": [{"id": "b1", "in_app_ns": 9e5}, {"id": "b2", "in_app_ns": 5e4}]},
           {"name": "nr", "replayable": False, "instances": [{"id": "n1", "in_app_ns": 1e7}]},
           {"name": "small", "replayable": True, "instances": [{"id": "s1", "in_app_ns": 1e4}]}]
-    assert [(k["name"], i["id"]) for k, i in gpu.pick_kernels(ks, None, 3, 0)] == [("big", "b1"), ("small", "s1")]
-    assert [(k["name"], i["id"]) for k, i in gpu.pick_kernels(ks, None, 3, 20000)] == [("big", "b1")]
+    assert [(k["name"], i["id"]) for k, i in ctune.pick_kernels(ks, None, 3, 0)] == [("big", "b1"), ("small", "s1")]
+    assert [(k["name"], i["id"]) for k, i in ctune.pick_kernels(ks, None, 3, 20000)] == [("big", "b1")]
     replayed = [{"name": "big", "replayed": [{"id": "b1", "status": "failed_verification"},
                                              {"id": "b2", "status": "verified"}]}]
-    assert [(k["name"], i["id"]) for k, i in gpu.pick_kernels(ks, replayed, 1, 0)] == [("big", "b2")]
+    assert [(k["name"], i["id"]) for k, i in ctune.pick_kernels(ks, replayed, 1, 0)] == [("big", "b2")]
+
+
+def test_recorded_traffic_counts_the_argument_allocations_once():
+    """vecAdd(a, b, c, n) of the fixture: three 64 KiB buffers, c written."""
+    k = gpu.read_dbs(FIXTURES / "vecadd")[0]
+    t = ctune.recorded_traffic(FIXTURES / "vecadd" / k["db"], k["instances"][0]["id"])
+    assert t == {"allocations": 3, "read_bytes": 2 * 65536, "written_bytes": 65536, "bytes_moved": 3 * 65536}
+
+
+def tune_ctx(tmp_path):
+    ctx = fake_pack(tmp_path, {"A": ("echo Test passed", "Test passed")})
+    shutil.copytree(FIXTURES / "vecadd", ctx.work / "A" / "rdb")
+    return ctx, App.from_dict(ctx.entries["A"])
+
+
+def test_tune_stage_reuses_finished_kernels_and_stops_before_the_budget(tmp_path):
+    """Resumable per kernel: a row an earlier call left (same instance, space, trials) is reused without
+    running anything; a kernel is not started with less than KERNEL_MIN_S left, and the app comes back partial."""
+    ctx, app = tune_ctx(tmp_path)
+    k, inst = ctune.pick_kernels(gpu.read_dbs(ctx.rdb(app)), None, 3, 0)[0]
+    d = ctune.kernel_dir(ctx, app.name, k, inst)
+    d.mkdir(parents=True)
+    done = {"name": k["name"], "instance": inst["id"], "space": "standard", "trials_requested": 100, "trials": 100,
+            "by_status": {"verified": 97, "compile_error": 3}, "verified_fraction": 0.97, "best_speedup": 1.21,
+            "gain_from": "unroll", "tune_s": 31.0}
+    (d / ctune.ROW_FILE).write_text(json.dumps(done))
+    said = []
+    row = ctune.tune_app(app, stage.Budget(600), ctx, min_us=0, progress=said.append)
+    assert row["tune"] == [{**done, "resumed": True}] and "budget_cut" not in row
+    assert "kernel 1/1" in said[0] and "done in an earlier call" in said[0] and "gain from unroll" in said[0]
+    (d / ctune.ROW_FILE).write_text(json.dumps({**done, "trials_requested": 30}))  # other settings: not reused
+    clock = Clock()
+    budget = stage.Budget(ctune.KERNEL_MIN_S - 1, clock)
+    said.clear()
+    row = ctune.tune_app(app, budget, ctx, min_us=0, progress=said.append)
+    assert row["budget_cut"] and row["partial"] and row["tune"] == [] and "not started" in said[0]
+    assert not (d / "study.db").exists()
+    res = stage.run_stage("tune", [app], lambda a, b: ctune.tune_app(a, b, ctx, min_us=0, progress=said.append), budget,
+                          min_start=1, progress=said.append)
+    assert res["remaining"] == ["A"] and res["apps"]["A"]["partial"] and res["stopped"] == "budget"
+
+
+def test_tune_stage_defaults_are_the_issue_budget():
+    args = __import__("bench.corpus.cli", fromlist=["parser"]).parser().parse_args(["tune"])
+    assert (args.trials, args.space, args.top, args.min_us, args.fresh) == (100, "standard", 3, 20.0, False)
 
 
 NCU_OUT = '''Test passed
@@ -435,6 +484,42 @@ def test_render_shows_each_app_and_each_miss_with_its_cause():
     assert "- **B**: build failed: nvcc fatal : bad flag" in md
     assert "- **A**: kernel `q()` not replayable: cooperative launch" in md
     assert "| A | k(float\\*)" not in md and "| A | k(float*) | 10 | 2 | 50.00 | 51.00 | 1.020 | 50.00 | 1.020 |" in md
+
+
+def tune_rows():
+    """A tune stage result of the new budget: two kernels of A, the second without a gain."""
+    k2 = {**KERNEL, "name": "_Z2k2Pf", "demangled": "k2(float*)", "total_in_app_ns": 1e5}
+    rows = [{"name": "_Z1kPf", "instance": "i1", "in_app_ns": 5e4, "space": "standard", "trials_requested": 100,
+             "trials": 100, "by_status": {"verified": 96, "compile_error": 4}, "verified_fraction": 0.96,
+             "best_speedup": 1.25, "best_ns": 4e4, "baseline_ns": 5e4, "gain_from": "unroll", "gain_from_factor": 1.2,
+             "best_changes": {"unroll": 4, "block": {"x": 128, "y": 1, "z": 1}}, "tune_configs_per_s": 20.0,
+             "gpu_busy": 0.4, "traffic": {"bytes_moved": 8 * 2 ** 20, "read_bytes": 4 * 2 ** 20, "written_bytes": 4 * 2 ** 20},
+             "failure_reasons": [{"status": "compile_error", "count": 4, "reason": "ptxas rejected | error : bad"}]},
+            {"name": "_Z2k2Pf", "instance": "j1", "in_app_ns": 2.5e4, "space": "standard", "trials_requested": 100,
+             "trials": 100, "by_status": {"verified": 100}, "verified_fraction": 1.0, "best_speedup": 1.01,
+             "best_ns": 2.0e4, "baseline_ns": 2.02e4, "gain_from": None, "best_changes": {}, "tune_configs_per_s": 30.0,
+             "gpu_busy": 0.6, "traffic": {"bytes_moved": 48_000_000, "read_bytes": 32_000_000, "written_bytes": 16_000_000}}]
+    return result("tune", {"A": {"tune": rows, "kernels": [KERNEL, k2]}}, "2026-12-03T13:00:00", commit="c4")
+
+
+def test_merge_and_render_the_tuning_table_beside_the_first_campaign():
+    doc = merge.merge(None, synthetic() + [tune_rows()], ["A", "B"])
+    a = doc["apps"][0]
+    assert (a["tune_verified_fraction"], a["best_speedup"], a["gpu_busy"]) == (0.96, 1.25, 0.4)  # heaviest kernel's
+    s = doc["summary"]
+    assert ("tune (100 trials of standard): 2 kernels, verified fraction median 0.98, best speedup geomean 1.124 "
+            "(1 >= 1.05x), every trial failed: 0, configs/s median 25.0, gpu_busy median 0.50") in s
+    assert merge.FIRST_TUNE in s and "30 trials" in merge.FIRST_TUNE
+    schema.validate(doc)
+    md = render.render(doc)
+    assert "## Tuning" in md and "4.8 TB/s of HBM3e" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| A | k(float*) | 50.0 | 100 / 100"))
+    assert "| 96% | 1.250x | unroll (x1.200) | unroll=4, block=128x1x1 |" in line and line.endswith("|  |")
+    slow = next(ln for ln in md.splitlines() if ln.startswith("| A | k2(float*) | 25.0 |"))
+    assert "none (the baseline's)" in slow and slow.endswith("| 2400 GB/s (50.0 % of HBM), 45.8 MiB |")
+    assert "4 x compile_error: ptxas rejected \\| error : bad" in md
+    cut = result("tune", {"A": {"tune": [], "partial": True}}, "2026-12-03T14:00:00")
+    assert merge.merge(doc, [cut], ["A", "B"])["apps"][0]["best_speedup"] == 1.25  # a cut call keeps what was
 
 
 def test_merge_cli_writes_both_documents(tmp_path):

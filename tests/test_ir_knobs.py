@@ -3,6 +3,8 @@ PTX, the cubin's code or its registers differ from the default compile, and the 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mneme.config import ExperimentConfiguration, dim3
@@ -93,3 +95,21 @@ def test_identical_ptx_reuses_the_cubin_without_ptxas(build):
     regs = compile_kernel(mod, pairs, ExperimentConfiguration(grid=dim3(4), block=dim3(256), max_regs=32), cache=cache)
     assert regs.ptx == first.ptx and not regs.cubin_reused  # same PTX, other ptxas flags: assembled again
     assert len(cache) == 3
+
+
+@pytest.mark.parametrize("debug", ["-gline-tables-only", "-g"])
+def test_unroll_on_ir_with_debug_info(build, debug):
+    """Apps built with -lineinfo or -G (cuda-samples' simpleStreams, reductionMultiBlockCG) carry !DILocation
+    nodes: the unroll hint's new metadata id must be above theirs (it once reused one: 'Metadata id is already
+    used', 25 of 30 corpus trials compile errors)."""
+    mod = link_modules([build("knobs.cu", extra=[debug])], DOT)
+    assert "!DILocation" in str(mod)
+    base = ExperimentConfiguration(grid=dim3(4), block=dim3(256))
+    plain = compile_kernel(mod, DOT, base, cache=False)
+    n = {u: ptx_instruction_count(compile_kernel(mod, DOT, ExperimentConfiguration(grid=dim3(4), block=dim3(256),
+                                                                                  unroll=u), cache=False).ptx)
+         for u in (1, 2, 4, 8)}  # each compiles (no "Metadata id is already used")
+    assert n[1] < ptx_instruction_count(plain.ptx) < n[8]
+    text = CodeKnobs(unroll=4).rewrite(str(mod))
+    ids = [int(x) for x in re.findall(r"^!(\d+) = ", text, flags=re.M)]
+    assert len(ids) == len(set(ids))

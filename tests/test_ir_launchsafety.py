@@ -125,3 +125,29 @@ def test_dry_run_on_the_recorded_matmul_prints_the_analysis(tmp_path):
                                      check=True).stdout)
     assert list(plan["space"]["launch"]) == ["16x16x1"]  # at every level
     assert plan["space"]["launch_analysis"]["facts"]["reads"]["tid"] == "xy"
+
+
+@pytest.mark.parametrize("example,reads,recorded_x", [("vecadd", "x", 256), ("stencil2d", "xy", 16)])
+def test_dry_run_on_recorded_examples_reading_blockdim_keeps_warp_shapes(tmp_path, example, reads, recorded_x):
+    """The H200 recordings of examples/vecadd.cu and stencil2d.cu read blockDim: `mneme tune --dry-run` prints
+    the analysis read from their IR, and every launch candidate covers the work with whole warps along x."""
+    import json
+    import subprocess
+    import sys
+
+    from mneme.record.db import find_dbs
+
+    db = find_dbs(str(ROOT / "tests" / "fixtures" / example))[0]
+    base = [sys.executable, "-m", "mneme.cli", "tune", "-rdb", db, "--dry-run", "--no-track", "-o", str(tmp_path / "o")]
+    text = subprocess.run(base, capture_output=True, text=True, check=True).stdout
+    assert "launch safety from the IR" in text and f"ntid.{reads}" in text
+    assert f"block.x is the coalescing dimension (threadIdx.x is read): it stays a multiple of 32 or the recorded " \
+           f"{recorded_x}" in text
+    plan = json.loads(subprocess.run(base + ["--json"], capture_output=True, text=True, check=True).stdout)
+    facts, b = plan["space"]["launch_analysis"]["facts"], plan["baseline"]
+    assert facts["reads"]["ntid"] == reads and facts["reads"]["tid"] == reads
+    work = [b["grid"][a] * b["block"][a] for a in "xyz"]
+    for key, s in plan["space"]["launch"].items():
+        assert s["block"]["x"] % 32 == 0 or s["block"]["x"] == recorded_x, key
+        assert all(s["grid"][a] * s["block"][a] >= work[i] for i, a in enumerate("xyz")), key  # the work stays covered
+    assert len(plan["space"]["launch"]) > 1  # the block is searched, not fixed

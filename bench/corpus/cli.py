@@ -1,6 +1,6 @@
 """`python -m bench.corpus STAGE [--apps A,B] [options]` (bash scripts/corpus.sh STAGE ...).
 
-CPU (development machine): build, pack, plan, merge.  GPU machine: plain, record, replay, tune, ncu.
+CPU (development machine): build, pack, plan, merge.  GPU machine: plain, record, replay, tune, ncu, apply.
 Every stage takes --apps (default: all) and writes one result file under --out (default $OUT, else
 .corpus/results); the GPU stages stop cleanly inside --budget seconds and print what remains.
 """
@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from bench.corpus import apps as corpus_apps
-from bench.corpus import build, gpu, merge, render, stage
+from bench.corpus import applystage, build, gpu, merge, render, stage
+from bench.corpus import tune as ctune
 from bench.corpus.apps import ROOT
 
 RESULTS = ROOT / ".corpus" / "results"
 DOC_JSON = ROOT / "docs" / "corpus.json"
 DOC_MD = ROOT / "docs" / "CORPUS.md"
-GPU_STAGES = ("plain", "record", "replay", "tune", "ncu")
+GPU_STAGES = ("plain", "record", "replay", "tune", "ncu", "apply")
 #: a device call runs at most 600 s; setting up the bundle takes some of it
 GPU_BUDGET_S = 450.0
 SCRIPT = "bash scripts/corpus.sh"
@@ -67,12 +68,20 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-recordings", type=int, default=3, help="record: instances per kernel (default 3)")
     g.add_argument("--retime", type=int, default=None, help="record: mneme record --retime N (default: mneme's)")
     g.add_argument("--max-instances", type=int, default=3, help="replay: instances per kernel (default 3)")
-    g.add_argument("--trials", type=int, default=30, help="tune: trials per kernel (default 30)")
-    g.add_argument("--space", default="standard", help="tune: search space (default standard)")
-    g.add_argument("--top", type=int, default=1, help="tune: heaviest kernels per app (default 1)")
-    g.add_argument("--min-us", type=float, default=0.0, help="tune: only instances of at least this in-app time")
+    g.add_argument("--trials", type=int, default=ctune.TRIALS, help=f"tune: trials per kernel (default {ctune.TRIALS})")
+    g.add_argument("--space", default=ctune.SPACE, help=f"tune: search space (default {ctune.SPACE})")
+    g.add_argument("--top", type=int, default=ctune.TOP, help=f"tune: heaviest kernels per app (default {ctune.TOP})")
+    g.add_argument("--min-us", type=float, default=ctune.MIN_US,
+                   help=f"tune: only instances of at least this in-app time (default {ctune.MIN_US:g})")
     g.add_argument("--jobs", type=int, default=None, help="tune: compile jobs (default: mneme's)")
+    g.add_argument("--fresh", action="store_true",
+                   help="tune: redo every kernel (default: reuse the rows and studies an earlier call left in --work)")
     g.add_argument("--launch-count", type=int, default=300, help="ncu: launches profiled (default 300)")
+    g.add_argument("--apply-rounds", type=int, default=3, help="apply: observed/applied run pairs (default 3)")
+    g.add_argument("--apply-min-speedup", type=float, default=applystage.MIN_SPEEDUP,
+                   help=f"apply: kernels tuned to at least this (default {applystage.MIN_SPEEDUP})")
+    g.add_argument("--apply-check", type=int, default=0, metavar="K",
+                   help="apply: mneme apply --check K (default 0: the app's own success check is the referee)")
     m = ap.add_argument_group("merge")
     m.add_argument("--json", type=Path, default=DOC_JSON, help="corpus.json to update (default docs/corpus.json)")
     m.add_argument("--md", type=Path, default=DOC_MD, help="markdown to write (default docs/CORPUS.md)")
@@ -102,8 +111,11 @@ def run_gpu_stage(args, budget: Optional[stage.Budget] = None) -> Dict[str, Any]
         "plain": lambda a, b: gpu.plain_app(a, b, ctx),
         "record": lambda a, b: gpu.record_app(a, b, ctx),
         "replay": lambda a, b: gpu.replay_app(a, b, ctx, args.max_instances),
-        "tune": lambda a, b: gpu.tune_app(a, b, ctx, args.trials, args.space, args.top, args.min_us, args.jobs),
+        "tune": lambda a, b: ctune.tune_app(a, b, ctx, args.trials, args.space, args.top, args.min_us, args.jobs,
+                                            resume=not args.fresh),
         "ncu": lambda a, b: gpu.ncu_app(a, b, ctx, args.launch_count),
+        "apply": lambda a, b: applystage.apply_app(a, b, ctx, gpu.mneme(), args.apply_rounds, args.apply_min_speedup,
+                                                   args.apply_check),
     }
     budget = budget or stage.Budget(args.budget or GPU_BUDGET_S)
     path = stage.result_path(args.out, args.stage, _tag(args))
@@ -200,8 +212,9 @@ def _tag(args) -> str:
 
 def _settings(args) -> Dict[str, Any]:
     keys = {"plain": ("app_timeout",), "record": ("app_timeout", "max_recordings", "retime"),
-            "replay": ("max_instances",), "tune": ("trials", "space", "top", "min_us", "jobs"),
-            "ncu": ("launch_count",)}.get(args.stage, ())
+            "replay": ("max_instances",), "tune": ("trials", "space", "top", "min_us", "jobs", "fresh"),
+            "ncu": ("launch_count",), "apply": ("app_timeout", "apply_rounds", "apply_min_speedup", "apply_check"),
+            }.get(args.stage, ())
     return {k: getattr(args, k) for k in keys}
 
 

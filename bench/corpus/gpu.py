@@ -4,7 +4,7 @@
 - record: a plain run and then `mneme record` side by side (record_overhead = recorded / plain wall),
           success check on both, the record DBs read back (kernels, IR, replayable or why not);
 - replay: `mneme replay --json` of at most N instances per recorded kernel, each in its own process;
-- tune:   `mneme tune --json` of the heaviest replayable kernel(s) (trials, verified fraction, best speedup);
+- tune:   `mneme tune --json` of the heaviest replayable kernels (bench/corpus/tune.py);
 - ncu:    Nsight Compute's gpu__time_duration.sum of the app's own launches (the in-app referee).
 
 Record DBs stay under the work folder (.corpus/work/<app>/rdb), which a warm GPU machine keeps between
@@ -83,7 +83,7 @@ class Ctx:
         return self.work / app.name / "rdb"
 
 
-def _cut(p: stage.Proc, limit: float, wanted: float) -> bool:
+def stopped_by_budget(p: stage.Proc, limit: float, wanted: float) -> bool:
     """True when the process was stopped by the stage's budget rather than by its own limit."""
     return p.timed_out and limit < wanted
 
@@ -113,7 +113,7 @@ def last_line(text: str) -> str:
 def plain_app(app: App, budget: stage.Budget, ctx: Ctx) -> Dict[str, Any]:
     limit = budget.cap(ctx.app_timeout)
     p = stage.run([str(ctx.exe(app)), *app.argv], timeout=limit, cwd=ctx.run_dir(app, "plain"))
-    if _cut(p, limit, ctx.app_timeout):
+    if stopped_by_budget(p, limit, ctx.app_timeout):
         return {"budget_cut": True}
     o = outcome(app, p)
     row = {"app_ok_plain": o["ok"], "plain_rc": o["rc"], "plain_s": o["wall_s"], "plain_error": o["why"]}
@@ -203,7 +203,7 @@ def record_app(app: App, budget: stage.Budget, ctx: Ctx, with_plain: bool = True
     (ctx.work / app.name / "replay.json").unlink(missing_ok=True)  # it described the previous recording
     limit = budget.cap(ctx.app_timeout * 4)
     p = stage.run(record_argv(ctx, app, rdb), timeout=limit, cwd=ctx.run_dir(app, "record"))
-    if _cut(p, limit, ctx.app_timeout * 4):
+    if stopped_by_budget(p, limit, ctx.app_timeout * 4):
         return {"budget_cut": True}
     o = outcome(app, p)
     try:
@@ -272,7 +272,7 @@ def replay_app(app: App, budget: stage.Budget, ctx: Ctx, max_instances: int = 3,
                 limit = budget.cap(timeout)
                 js = out / f"{k['static_hash'][:16]}-{inst['id']}.json"
                 p = stage.run(replay_argv(ctx.rdb(app) / k["db"], inst["id"], js), timeout=limit, cwd=out)
-                if _cut(p, limit, timeout):
+                if stopped_by_budget(p, limit, timeout):
                     return {"budget_cut": True}
                 if js.is_file():
                     res = parse_replay(json.loads(js.read_text()), inst["in_app_ns"])
@@ -285,112 +285,6 @@ def replay_app(app: App, budget: stage.Budget, ctx: Ctx, max_instances: int = 3,
     row: Dict[str, Any] = {"replay": rows}
     if rec is not None:
         row["recorded_here"] = {k: rec.get(k) for k in ("app_ok_recorded", "record_s", "record_error")}
-        row["kernels"] = rec.get("kernels", [])
-    return row
-
-
-# ---- tune ----------------------------------------------------------------------------------------
-
-def tune_argv(db: Path, rid: str, out_dir: Path, trials: int, space: str, jobs: Optional[int]) -> List[str]:
-    argv = mneme("tune", "-rdb", str(db), "-rid", rid, "--space", space, "--trials", str(trials), "--no-track",
-                 "--json", "--quiet", "-o", str(out_dir))
-    return argv + (["--compile-jobs", str(jobs)] if jobs else [])
-
-
-def json_object(text: str) -> Optional[Dict[str, Any]]:
-    """The last top-level JSON object printed in `text` (tune prints its summary with --json)."""
-    start = text.find("{\n")
-    while start >= 0:
-        try:
-            return json.loads(text[start:])
-        except ValueError:
-            try:
-                obj, _ = json.JSONDecoder().raw_decode(text[start:])
-                return obj
-            except ValueError:
-                start = text.find("{\n", start + 1)
-    return None
-
-
-def gpu_busy(trials_jsonl: Path, search_s: Optional[float]) -> Optional[float]:
-    """Timed kernel time of all trials / the search's wall time: a lower bound of the GPU's busy share
-    (warm-up runs, resets and verification are not counted), used until tune reports its own figure."""
-    if not search_s or not trials_jsonl.is_file():
-        return None
-    ns = 0.0
-    for line in trials_jsonl.read_text().splitlines():
-        try:
-            ns += sum((json.loads(line).get("result") or {}).get("exec_time") or [])
-        except ValueError:
-            continue
-    return round(ns * 1e-9 / search_s, 4)
-
-
-def parse_tune(doc: Dict[str, Any], out_dir: Optional[Path] = None) -> Dict[str, Any]:
-    """`mneme tune --json` -> verified fraction, best speedup and configuration, throughput."""
-    trials = doc.get("trials") or {}
-    by = trials.get("by_status") or {}
-    counted = trials.get("counted") or sum(by.values()) or 0
-    best = doc.get("best") or {}
-    timing = doc.get("timing") or {}
-    busy = doc.get("gpu_busy")
-    row = {"trials": counted, "by_status": by,
-           "verified_fraction": round(by.get("verified", 0) / counted, 4) if counted else None,
-           "best_speedup": best.get("speedup"), "best_config": best.get("config"),
-           "best_params": best.get("params"), "baseline_ns": (doc.get("baseline") or {}).get("metric_ns"),
-           "best_ns": best.get("metric_ns"), "tune_configs_per_s": timing.get("trials_per_s"),
-           "search_s": timing.get("search_s"), "gpu_busy": busy, "gpu_busy_source": "tune" if busy is not None else None,
-           "exit_code": doc.get("exit_code"), "message": doc.get("message") or None}
-    if busy is None and out_dir is not None:
-        row["gpu_busy"] = gpu_busy(Path(out_dir) / "trials.jsonl", timing.get("search_s"))
-        row["gpu_busy_source"] = "timed iterations / search wall (lower bound)" if row["gpu_busy"] is not None else None
-    return row
-
-
-def pick_kernels(kernels: List[Dict[str, Any]], replayed: Optional[List[Dict[str, Any]]], top: int,
-                 min_ns: float) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
-    """The heaviest replayable kernels (by total in-app time), preferring ones whose baseline replay
-    verified; with each its heaviest instance (verified if known) of at least min_ns."""
-    verified = {}
-    for k in replayed or []:
-        ok = [r["id"] for r in k.get("replayed", []) if r.get("status") == "verified"]
-        verified[k["name"]] = ok
-    picks = []
-    for k in kernels:
-        if not k["replayable"] or not k["instances"]:
-            continue
-        if replayed is not None and not verified.get(k["name"]):
-            continue
-        insts = [i for i in k["instances"] if (i["in_app_ns"] or 0) >= min_ns
-                 and (replayed is None or i["id"] in verified[k["name"]])]
-        if insts:
-            picks.append((k, insts[0]))
-    return picks[:top]
-
-
-def tune_app(app: App, budget: stage.Budget, ctx: Ctx, trials: int = 30, space: str = "standard", top: int = 1,
-             min_us: float = 0.0, jobs: Optional[int] = None, timeout: float = 420.0) -> Dict[str, Any]:
-    kernels, rec = ensure_recorded(app, budget, ctx)
-    if rec is not None and rec.get("budget_cut"):
-        return rec
-    rj = ctx.work / app.name / "replay.json"
-    replayed = json.loads(rj.read_text()) if rj.is_file() else None
-    out = ctx.run_dir(app, "tune")
-    rows = []
-    for k, inst in pick_kernels(kernels, replayed, top, min_us * 1000):
-        limit = budget.cap(timeout)
-        d = out / k["static_hash"][:16]
-        p = stage.run(tune_argv(ctx.rdb(app) / k["db"], inst["id"], d, trials, space, jobs), timeout=limit, cwd=out)
-        if _cut(p, limit, timeout):
-            return {"budget_cut": True}
-        doc = json_object(p.output)
-        res = parse_tune(doc, d) if doc else {"error": f"{'timed out' if p.timed_out else 'exit ' + str(p.returncode)}: "
-                                                        f"{last_line(p.output)}"}
-        rows.append({"name": k["name"], "instance": inst["id"], "in_app_ns": inst["in_app_ns"], "space": space,
-                     "trials_requested": trials, "tune_s": round(p.seconds, 1), **res})
-    row: Dict[str, Any] = {"tune": rows, "tune_note": None if rows else "no replayable kernel "
-                           + ("whose baseline replay verified" if replayed is not None else "") + f" of >= {min_us} us"}
-    if rec is not None:
         row["kernels"] = rec.get("kernels", [])
     return row
 
@@ -438,7 +332,7 @@ def parse_ncu_csv(output: str) -> Dict[str, Dict[str, Any]]:
 def ncu_app(app: App, budget: stage.Budget, ctx: Ctx, launch_count: int = 300, timeout: float = 420.0) -> Dict[str, Any]:
     limit = budget.cap(timeout)
     p = stage.run(ncu_argv(ctx.exe(app), app.argv, launch_count, ncu_path()), timeout=limit, cwd=ctx.run_dir(app, "ncu"))
-    if _cut(p, limit, timeout):
+    if stopped_by_budget(p, limit, timeout):
         return {"budget_cut": True}
     o = outcome(app, p)
     row = {"app_ok_ncu": o["ok"], "ncu_s": o["wall_s"], "ncu_error": o["why"], "ncu": parse_ncu_csv(p.output)}

@@ -6,6 +6,24 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from bench.corpus.gpu import MIN_TIMED_NS, median
+from bench.corpus.merge import GAIN
+
+#: the H200 SXM's peaks the tuning table compares against (NVIDIA's H200 datasheet)
+H200_HBM_GBS = 4800.0  # HBM3e, 4.8 TB/s
+H200_FP32_TFLOPS = 67.0  # FP32 without tensor cores
+TUNING = f"""## Tuning
+
+Per kernel tuned: the instance tuned and its in-app time, the trials counted (of those requested), the
+share of them that verified, the best speedup over the baseline (the recorded launch at `default<O3>`,
+replayed), the knob the gain comes from (`mneme tune`'s attribution: the best configuration measured
+again without each knob it changed; the knob whose removal costs the most, with that factor), what the
+best configuration changed, compile throughput (`tune_configs_per_s`: trials counted / search wall) and
+`gpu_busy` (the GPU workers' busy share of the search). For each kernel under {GAIN}x, `achieved` is the
+bytes one launch moves divided by its best time, against the H200's {H200_HBM_GBS / 1000:g} TB/s of HBM3e
+(the bytes: every byte of the allocations the kernel's arguments point into, counted once as read or, when
+the launch changed it, written - an estimate: in-place updates move more, partial reads less). FLOP rates
+are not shown: a record holds no FLOP count (the FP32 peak, for reference, is {H200_FP32_TFLOPS:g} TFLOP/s).
+"""
 
 HEADER = """# Corpus campaign
 
@@ -17,7 +35,8 @@ machine: each program copied to a scratch folder and built with its own build fi
 and `CUDA_ARCH` set), then on the GPU machine `plain` (the app's success check), `record` (a plain run and
 `mneme record` side by side: success check under the recorder, record overhead = recorded / plain wall),
 `replay` (at most 3 instances per kernel, fidelity = replay median / recorder's in-app median, counted
-for instances of at least 20 us), `tune` (the heaviest replayable kernel, `standard` space) and `ncu`
+for instances of at least 20 us), `tune` (per program its heaviest replayable kernels, up to 3, each
+instance of at least 20 us, 100 trials of `standard`; see "Tuning") and `ncu`
 (Nsight Compute's `gpu__time_duration.sum` of the app's own launches: fidelity_ncu). Each app's row shows
 the commit and date of every stage it went through; the raw figures are in docs/corpus.json.
 """
@@ -112,4 +131,86 @@ def render(doc: Dict[str, Any]) -> str:
                 num(k.get("instances_recorded"), "d"), us(top.get("in_app_ns")) + short, us(top.get("replay_ns")),
                 num(top.get("fidelity"), ".3f"), us(top.get("ncu_ns") or k.get("ncu_ns")),
                 num(top.get("fidelity_ncu"), ".3f"), yn(k.get("verified")), tune]) + " |")
+    lines += tuning_table(doc)
+    lines += apply_section(doc)
     return "\n".join(lines) + "\n"
+
+
+def achieved(t: Dict[str, Any]) -> str:
+    """`123 GB/s (2.6 % of HBM)` for a kernel under GAIN, from its traffic and best (else baseline) time."""
+    sp = t.get("best_speedup")
+    if sp is not None and sp >= GAIN:
+        return ""
+    moved = (t.get("traffic") or {}).get("bytes_moved")
+    ns = t.get("best_ns") or t.get("baseline_ns")
+    if not moved or not ns:
+        return "-"
+    gbs = moved / ns
+    return f"{gbs:.0f} GB/s ({100 * gbs / H200_HBM_GBS:.1f} % of HBM), {moved / 2 ** 20:.1f} MiB"
+
+
+def changes_text(ch: Optional[Dict[str, Any]]) -> str:
+    if not ch:
+        return "-" if ch is None else "none (the baseline's)"
+    out = []
+    for k, v in ch.items():
+        if isinstance(v, dict):
+            v = "x".join(str(v.get(a, 1)) for a in "xyz")
+        out.append(f"{k}={v}")
+    return ", ".join(out)
+
+
+def tuning_table(doc: Dict[str, Any]) -> List[str]:
+    rows = [(a, k, k["tune"]) for a in doc["apps"] for k in a["kernels"] if k.get("tune") and k["tune"].get("trials")]
+    if not rows:
+        return []
+    lines = ["", TUNING, "| app | kernel | in-app us | trials | verified | best speedup | gain from | best changes | "
+             "configs/s | gpu busy | achieved (under 1.05x) |", "|---|---|---:|---:|---:|---:|---|---|---:|---:|---|"]
+    for a, k, t in sorted(rows, key=lambda r: -(r[2].get("best_speedup") or 0)):
+        gain = t.get("gain_from") or "-"
+        if t.get("gain_from") and t.get("gain_from_factor"):
+            gain += f" (x{t['gain_from_factor']:.3f})"
+        lines.append("| " + " | ".join([
+            a["name"], cell((k.get("demangled") or k["name"])[:60]), num((t.get("in_app_ns") or 0) / 1e3, ".1f"),
+            f"{t.get('trials')} / {t.get('trials_requested') or '-'}", num(t.get("verified_fraction"), ".0%"),
+            num(t.get("best_speedup"), ".3f", "x"), cell(gain), cell(changes_text(t.get("best_changes"))[:120]),
+            num(t.get("tune_configs_per_s"), ".1f"), num(t.get("gpu_busy"), ".2f"), achieved(t)]) + " |")
+    fails = [(a["name"], k, r) for a, k, t in rows for r in (t.get("failure_reasons") or [])]
+    if fails:
+        lines += ["", "Why trials failed (per kernel, the most frequent reasons):", ""]
+        for app, k, r in fails:
+            lines.append(f"- **{app}** `{cell((k.get('demangled') or k['name'])[:60])}`: {r['count']} x {r['status']}: "
+                         f"{cell(r['reason'])}")
+    return lines
+
+
+APPLY_HEADER = """## Apply
+
+The `apply` stage (`mneme apply`, docs/APPLY.md) runs each program whose tune found at least 1.05x on a
+kernel with the tuned kernels swapped in at launch, no rebuild: observed and applied runs alternate
+(3 rounds), the matched launches timed in both with the recorder's in-app timer. predicted = the tune's
+replay speedup, realized = in-app original / tuned median, gain share = (realized - 1) / (predicted - 1);
+app ok = the corpus's success check passed on every applied run.
+"""
+
+
+def apply_section(doc: Dict[str, Any]) -> List[str]:
+    rows = [a for a in doc["apps"] if "apply" in a.get("stages", {})]
+    if not rows:
+        return []
+    lines = ["", APPLY_HEADER,
+             "| app | kernels applied | app ok | wall speedup | kernel | predicted | realized | gain share |",
+             "|---|---:|---|---:|---|---:|---:|---:|"]
+    for a in rows:
+        ap = a.get("apply")
+        if not ap:
+            lines.append(f"| {a['name']} | - | - | - | {cell(a.get('apply_note') or 'nothing applied')} | - | - | - |")
+            continue
+        ks = ap.get("kernels") or [{}]
+        for i, k in enumerate(ks):
+            head = [a["name"], num(ap.get("kernels_applied"), "d"), yn(ap.get("app_ok")),
+                    num(ap.get("wall_speedup"), ".3f", "x")] if i == 0 else ["", "", "", ""]
+            lines.append("| " + " | ".join(head + [
+                cell((k.get("kernel") or "-").split("(")[0][:60]), num(k.get("predicted"), ".3f", "x"),
+                num(k.get("realized"), ".3f", "x"), num(k.get("gain_ratio"), ".0%")]) + " |")
+    return lines

@@ -24,9 +24,16 @@ INSTANCE = {
 
 TUNE = {
     "type": "object",
-    "properties": {"instance": STR, "trials": INT, "verified_fraction": NUM, "best_speedup": NUM,
-                   "best_config": {"type": ["object", "null"]}, "tune_configs_per_s": NUM, "gpu_busy": NUM,
-                   "space": STR, "error": STR},
+    "properties": {"instance": STR, "trials": INT, "trials_requested": INT, "verified_fraction": NUM,
+                   "best_speedup": NUM, "best_config": {"type": ["object", "null"]},
+                   "best_changes": {"type": ["object", "null"]}, "gain_from": STR, "gain_from_factor": NUM,
+                   "failure_reasons": {"type": ["array", "null"], "items": {
+                       "type": "object", "required": ["status", "count", "reason"],
+                       "properties": {"status": {"type": "string"}, "count": {"type": "integer"},
+                                      "reason": {"type": "string"}}}},
+                   "traffic": {"type": ["object", "null"], "properties": {"bytes_moved": INT, "read_bytes": INT,
+                                                                         "written_bytes": INT}},
+                   "tune_configs_per_s": NUM, "gpu_busy": NUM, "space": STR, "error": STR},
 }
 
 KERNEL = {

@@ -123,7 +123,8 @@ def run_stage(stage: str, apps: Sequence[App], fn: AppFn, budget: Budget, *, min
               progress: Callable[[str], None] = lambda s: print(s, flush=True),
               save: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
     """fn(app, budget) for each app while the budget allows; an app whose run was cut short by the
-    budget (fn returns {"budget_cut": True}) counts as remaining, not as a result. An exception in fn
+    budget (fn returns {"budget_cut": True}) counts as remaining; with "partial": True its row (what it finished)
+is kept too. An exception in fn
     is that app's error, and the stage goes on. `save(result)` runs after every app (the result so far,
     its `remaining` listing the apps not yet done), so a killed call still leaves what it finished."""
     result: Dict[str, Any] = {"stage": stage, "commit": commit(commit_fallback), "date": now_iso(), **machine(),
@@ -143,6 +144,8 @@ def run_stage(stage: str, apps: Sequence[App], fn: AppFn, budget: Budget, *, min
         if row.pop("budget_cut", False):
             result["stopped"] = "budget"
             result["remaining"] = [a.name for a in apps[i:]]
+            if row.get("partial"):  # what it finished before the cut (the tune stage's kernels) comes back too
+                result["apps"][app.name] = row
             progress(f"corpus {stage}: {app.name} cut short by the budget; it stays in the remaining list")
             break
         row.setdefault("stage_s", round(time.perf_counter() - t0, 2))

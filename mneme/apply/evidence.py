@@ -57,6 +57,8 @@ class ApplyReport:
     check_failed: str = ""
     notes: Dict[str, List[str]] = field(default_factory=dict)
     workdir: str = ""
+    #: timed launches the hold watchdog released (not timed; native/apply/timing.c)
+    holds_broken: int = 0
 
     @property
     def wall_speedup(self) -> Optional[float]:
@@ -81,7 +83,7 @@ class ApplyReport:
             **self.campaign(),
             "wall_original_s": self.wall_original_s, "wall_applied_s": self.wall_applied_s,
             "returncodes": self.returncodes, "warnings": self.warnings, "check_failed": self.check_failed,
-            "notes": self.notes, "workdir": self.workdir,
+            "notes": self.notes, "workdir": self.workdir, "holds_broken": self.holds_broken,
             "entries": [{**k.__dict__, "realized": k.realized, "gain_ratio": k.gain_ratio} for k in self.kernels],
         }
 
@@ -140,7 +142,8 @@ def build_report(entries: List[Entry], rounds: List[Dict[str, RunStats]], notes:
     return ApplyReport(
         kernels=kernels, wall_original_s=_median([r["observe"].wall_s for r in rounds]),
         wall_applied_s=_median([r["apply"].wall_s for r in rounds]), app_ok=ok, returncodes=rcs,
-        warnings=warnings, check_failed=check_failed, notes={k: v for k, v in notes.items() if v})
+        warnings=warnings, check_failed=check_failed, notes={k: v for k, v in notes.items() if v},
+        holds_broken=sum(r[m].holds_broken for r in rounds for m in ("observe", "apply")))
 
 
 class _Empty:

@@ -21,14 +21,15 @@ from mneme.apply.wisdom import KernelWisdom, Wisdom, from_tune_results, merge, r
 from mneme.errors import ConfigurationError, MnemeError
 
 
-def _results_dirs(root: Path, depth: int = 3) -> List[Path]:
+def results_dirs(root: Path, depth: int = 3) -> List[Path]:
+    """The `mneme tune` results directories (config.json + best.json) at or below `root`, `depth` levels deep."""
     if (root / "config.json").is_file() and (root / "best.json").is_file():
         return [root]
     if depth == 0:
         return []
     out: List[Path] = []
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "cache"):
-        out += _results_dirs(sub, depth - 1)
+        out += results_dirs(sub, depth - 1)
     return out
 
 
@@ -40,7 +41,7 @@ def load_tuned(paths: Sequence[str], rule: Optional[str] = None) -> Wisdom:
         if p.is_file():
             items.append(read_wisdom(p))
         elif p.is_dir():
-            dirs = _results_dirs(p)
+            dirs = results_dirs(p)
             if not dirs:
                 raise ConfigurationError(
                     f"{p}: no mneme tune results under it (a results directory holds config.json and best.json; "

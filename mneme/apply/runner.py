@@ -55,6 +55,8 @@ class RunStats:
     wall_s: float
     entries: Dict[int, EntryStats] = field(default_factory=dict)
     unmatched: int = 0
+    #: timed launches whose hold the watchdog had to release (native/apply/timing.c): not timed
+    holds_broken: int = 0
     warnings: List[str] = field(default_factory=list)
     check_failed: str = ""
     stats_missing: bool = False
@@ -80,6 +82,8 @@ def parse_stats(text: str, mode: str, returncode: int, wall_s: float) -> RunStat
             st.entries.setdefault(int(w[0]), EntryStats()).samples = [int(v) for v in w[1:]]
         elif key == "unmatched":
             st.unmatched = int(rest)
+        elif key == "holds_broken":
+            st.holds_broken = int(rest)
         elif key == "warn":
             st.warnings.append(rest)
         elif key == "check_failed":

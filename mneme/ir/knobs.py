@@ -32,6 +32,8 @@ _FP_OPS = re.compile(
 _FP_CALL_TYPE = re.compile(r"^ (?:float|double|half|bfloat|<\d+ x (?:float|double|half|bfloat)>)\b")
 _LOOP_REF = re.compile(r"!llvm\.loop !(\d+)")
 _MD_DEF = re.compile(r"^!(\d+) = (distinct )?!\{(.*)\}$", re.M)
+#: every numbered metadata node, tuples and specialized ones alike (!DILocation, !DISubprogram... of debug info)
+_MD_ANY = re.compile(r"^!(\d+) = ", re.M)
 _ATTR_GROUP = re.compile(r"^(attributes #\d+ = \{ )(.*)( \})$", re.M)
 _FTZ_FLAG = re.compile(r'(!\{i32 \d+, !"nvvm-reflect-ftz", i32 )0\}')
 _DENORMAL = re.compile(r' ?"denormal-fp-math(?:-f32)?"="[^"]*"')
@@ -98,7 +100,9 @@ def _unroll(text: str, count: int) -> str:
     loops = sorted(set(_LOOP_REF.findall(text)), key=int)
     if not loops:
         return text
-    new_id = max((int(k) for k in nodes), default=-1) + 1
+    # the new node's id must be above every numbered node: debug info (-lineinfo, -G) adds !DILocation and
+    # friends that are not `!{...}` tuples, and reusing one of their ids is "Metadata id is already used"
+    new_id = max((int(k) for k in _MD_ANY.findall(text)), default=-1) + 1
     hint = f'!{{!"llvm.loop.unroll.count", i32 {count}}}' if count > 1 else '!{!"llvm.loop.unroll.disable"}'
     edits = []
     for lid in loops:

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mneme.record.db import DEFAULT_VADDR
+from mneme.record.layout import DEFAULT_VADDR
 from mneme.record.runner import EPILOGUE_FORMATS, RecordSettings, exit_status, record
 
 INCOMPLETE_STATUS = 3

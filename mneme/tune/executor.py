@@ -309,6 +309,12 @@ class AsyncReplayExecutor:
         ]
         return st
 
+    def gpu_busy_s(self) -> float:
+        """Seconds the GPU workers have spent on jobs so far (running ones counted up to now)."""
+        now = time.monotonic()
+        return sum(w.busy_s + (now - w.busy_since if w.job is not None else 0.0)
+                   for w in self._workers if w.role == "gpu")
+
     def worker_errors(self) -> List[str]:
         return [f"{w.label}: {w.error}" for w in self._workers if w.state == "broken"]
 

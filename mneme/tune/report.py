@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional
 from mneme.config import KNOB_DEFAULTS, ExperimentConfiguration, ExperimentResult
 from mneme.tune.attribution import A_ATTRIBUTION, attribution_text
 from mneme.tune.codechange import code_change, code_change_text
+from mneme.tune.failures import failures
 from mneme.tune.objective import Objective, metric_ns, succeeded
 from mneme.tune.study import (
     A_BANNED, A_BASELINE, A_FINGERPRINTS, A_OPTIONS, A_RECORD, A_SPACE, T_RESULT, claim, flag,
@@ -307,6 +308,7 @@ def summarize(rep: StudyReport) -> Dict[str, Any]:
             "same_binary": sum(1 for r in counted if r.result is not None and r.result.same_binary_as),
             "verified_fraction": (sum(1 for r in counted if r.status == "verified") / len(counted)) if counted else None,
         },
+        "failures": failures(rep.counted),
         "banned_shapes": rep.meta.get("banned", []),
         "launch_rules": ((rep.meta.get("launch_analysis") or {}).get("rules") or {}).get("lines"),
         "attribution": rep.meta.get("attribution"),
@@ -379,6 +381,8 @@ def summary_text(summary: Dict[str, Any]) -> str:
         + (f"; {tr['rejected']} samples rejected by constraints (no GPU time)" if tr["rejected"] else "")
         + (f"; {tr['same_binary']} reused the run of an identical binary" if tr.get("same_binary") else ""),
     ]
+    for f in (summary.get("failures") or {}).get("reasons", [])[:5]:
+        lines.append(f"  {f['count']} x {f['status']}: {f['reason']}")
     b = summary.get("baseline")
     if b:
         lines.append(f"baseline (recorded launch, {b['config']['passes']}): {b['status']}, {_fmt_ns(b['metric_ns'])}")

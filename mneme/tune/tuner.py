@@ -206,10 +206,11 @@ class Tuner:
                 if not baseline_ok:
                     code, message = self._baseline_failure()
                 elif not o.baseline_only:
-                    t1 = time.perf_counter()
+                    t1, busy0 = time.perf_counter(), self._gpu_busy_s()
                     self._search()
                     self._search_ended = time.perf_counter()
                     self.timing["search_s"] = self._search_ended - t1
+                    self._gpu_busy(self._gpu_busy_s() - busy0)
                     self.hook("on_search_end", {"search_s": self.timing["search_s"], "trials": o.trials})
                     if o.attribute and not self.objective.device_less:
                         t2 = time.perf_counter()
@@ -229,6 +230,18 @@ class Tuner:
         if code == EXIT_OK and not o.baseline_only and o.trials > 0 and summary["trials"]["succeeded"] == 0:
             code, message = EXIT_ALL_FAILED, "every trial failed"
         return self._finish(code, message, summary)
+
+    def _gpu_busy_s(self) -> float:
+        """The executor's GPU busy seconds so far (0 for an executor that does not count them)."""
+        fn = getattr(self.executor, "gpu_busy_s", None)
+        return float(fn()) if callable(fn) else 0.0
+
+    def _gpu_busy(self, busy_s: float) -> None:
+        """The GPU workers' share of the search's wall time (loading, resets, timing and verification of
+        trials: what the GPU side did; compile-bound searches stay far below 1)."""
+        gpus = len(getattr(self.executor, "devices", None) or [])
+        if gpus and busy_s > 0 and self.timing.get("search_s"):
+            self.timing["gpu_busy"] = round(busy_s / (self.timing["search_s"] * gpus), 4)
 
     def _baseline_failure(self) -> Tuple[int, str]:
         errors = self.executor.worker_errors()
@@ -262,6 +275,8 @@ class Tuner:
             spent = timing["search_s"] + timing["finish_s"]
             timing["trials_per_s"] = (summary.get("trials") or {}).get("counted", 0) / spent if spent > 0 else 0.0
             summary["timing"] = timing
+            if "gpu_busy" in timing:
+                summary["gpu_busy"] = timing["gpu_busy"]
         return TuneOutcome(code, summary, self.out_dir, message)
 
     def _options_attr(self) -> Dict[str, Any]:

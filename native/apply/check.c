@@ -128,12 +128,12 @@ CUresult mna_check(mna_entry *e, const void *c, CUfunction f, const uint32_t g[3
     return CUDA_SUCCESS;
   }
   /* the tuned kernel (timed like any applied launch) */
-  CUevent t0 = NULL;
+  mna_timing t0;
   int mirrored = mna_mirror(e, s, 0) == 0;
   if (mirrored) {
     mna_time_begin(s, &t0);
     r = mna_fire(c, e->fn, tg, tb, ts, ls, params, extra);
-    mna_time_end(s, t0, e, r);
+    mna_time_end(s, &t0, e, r);
   }
   if (mirrored && r == CUDA_SUCCESS) {
     e->applied++;

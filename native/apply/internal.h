@@ -14,6 +14,12 @@ typedef struct {
   int first;
 } mna_handle;
 
+/* One timed launch: its event pair, taken before the hold, and the hold's number (0: not held). */
+typedef struct {
+  CUevent a, b;
+  uint32_t seq;
+} mna_timing;
+
 typedef struct {
   CUevent start, stop;
   mna_entry *e;
@@ -48,6 +54,8 @@ typedef struct {
   CUresult (*streamQuery)(CUstream);
   CUresult (*streamIsCapturing)(CUstream, CUstreamCaptureStatus *);
   CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
+  CUresult (*funcIsLoaded)(CUfunctionLoadingState *, CUfunction);
+  CUresult (*funcLoad)(CUfunction);
 } mna_driver;
 
 typedef struct {
@@ -70,6 +78,8 @@ typedef struct {
   uint32_t hold_seq; /* the last hold's number; the flag holds it once released */
   volatile uint32_t *hold_flag;
   CUdeviceptr hold_dflag;
+  uint64_t hold_ms;       /* a hold not released after this long is released by the watchdog */
+  uint64_t holds_broken;  /* holds the watchdog released (their launches are not timed) */
   char warn[MNA_MAX_WARN][512];
   int nwarn;
 } mna_state;
@@ -78,8 +88,11 @@ extern mna_state A;
 
 const char *mna_err(CUresult r);
 int mna_mirror(mna_entry *e, CUstream s, int after);
-int mna_time_begin(CUstream s, CUevent *a);
-void mna_time_end(CUstream s, CUevent a, mna_entry *e, CUresult launched);
+/* Call mna_load_function on the function about to be launched first: a launch that loads it may wait for
+ * the stream the hold blocks. */
+int mna_time_begin(CUstream s, mna_timing *t);
+void mna_time_end(CUstream s, mna_timing *t, mna_entry *e, CUresult launched);
+void mna_load_function(CUfunction f);
 void mna_resolve(int wait);
 void mna_finish(void);
 /* launch.c's launcher, opaque for check.c */

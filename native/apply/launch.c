@@ -6,7 +6,8 @@
  *   MNEME_APPLY_MODE      apply (swap the tuned kernels in) | observe (time the original launches only)
  *   MNEME_APPLY_STATS     where the statistics go at exit
  *   MNEME_APPLY_CHECK     first K launches of each entry: run original and tuned, compare (check.c)
- *   MNEME_APPLY_DUMP      1: print the parsed manifest to stderr at start (tests) */
+ *   MNEME_APPLY_DUMP      1: print the parsed manifest to stderr at start (tests)
+ *   MNEME_APPLY_HOLD, MNEME_APPLY_HOLD_MS: the timing hold and its watchdog (timing.c) */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,6 +68,8 @@ static int load_driver(void) {
   LOAD(streamQuery, "cuStreamQuery");
   LOAD(streamIsCapturing, "cuStreamIsCapturing");
   LOAD(memHostGetDevicePointer, "cuMemHostGetDevicePointer");
+  LOAD(funcIsLoaded, "cuFuncIsLoaded");
+  LOAD(funcLoad, "cuFuncLoad");
   int ok = A.cu.ctxGetCurrent && A.cu.moduleLoad && A.cu.moduleGetFunction && A.cu.moduleGetGlobal &&
            A.cu.memcpyDtoDAsync && (A.cu.funcGetName || A.cu.kernelGetName);
   A.cu_loaded = ok ? 1 : -1;
@@ -90,6 +93,13 @@ static const char *kernel_name(CUfunction f) {
   return NULL;
 }
 
+/* The function a launch handle stands for in the current context (a CUkernel's function there). */
+static CUfunction app_function(CUfunction f) {
+  CUfunction g = NULL;
+  if (A.cu.kernelGetFunction && A.cu.kernelGetFunction(&g, (CUkernel)f) == CUDA_SUCCESS && g) return g;
+  return f;
+}
+
 /* First entry index of f's kernel, -1 none. */
 static int entries_of(CUfunction f) {
   size_t h = ((uintptr_t)f >> 4) % MNA_HANDLES;
@@ -106,6 +116,7 @@ static int entries_of(CUfunction f) {
         }
       s->f = f;
       s->first = first;
+      if (first >= 0) mna_load_function(app_function(f)); /* before its first held launch: timing.c */
       return first;
     }
   }
@@ -116,12 +127,10 @@ static int entries_of(CUfunction f) {
 /* The module of the app's kernel in the current context: a CUkernel's function there first (see kernel_name). */
 static CUmodule app_module(CUfunction f) {
   CUmodule mod = NULL;
-  CUfunction g = NULL;
+  CUfunction g = app_function(f);
   if (!A.cu.funcGetModule) return NULL;
-  if (A.cu.kernelGetFunction && A.cu.kernelGetFunction(&g, (CUkernel)f) == CUDA_SUCCESS && g &&
-      A.cu.funcGetModule(&mod, g) == CUDA_SUCCESS && mod)
-    return mod;
-  if (A.cu.funcGetModule(&mod, f) == CUDA_SUCCESS && mod) return mod;
+  if (A.cu.funcGetModule(&mod, g) == CUDA_SUCCESS && mod) return mod;
+  if (g != f && A.cu.funcGetModule(&mod, f) == CUDA_SUCCESS && mod) return mod;
   return NULL;
 }
 
@@ -140,6 +149,7 @@ static int ensure_loaded(mna_entry *e, CUfunction app_f) {
     mna_warn("the tuned cubin %s has no kernel %s (%s); the original kernel runs", e->cubin, e->kernel, mna_err(r));
     return 0;
   }
+  mna_load_function(e->fn); /* before its first (held) launch: timing.c */
   if (e->tuned_shared > 48 * 1024 && A.cu.funcSetAttribute &&
       (r = A.cu.funcSetAttribute(e->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)e->tuned_shared)) != CUDA_SUCCESS) {
     mna_warn("%s: cannot allow %u bytes of dynamic shared memory (%s); the original kernel runs", e->kernel,
@@ -178,110 +188,7 @@ int mna_mirror(mna_entry *e, CUstream s, int after) {
   return 0;
 }
 
-/* -- timing: event pairs, resolved lazily in launch order ------------------------------------------- */
-static CUevent ev_get(void) {
-  if (A.nevpool) return A.evpool[--A.nevpool];
-  CUevent ev = NULL;
-  if (!A.cu.eventCreate || A.cu.eventCreate(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return NULL;
-  return ev;
-}
-
-static void ev_put(CUevent ev) {
-  if (ev && A.nevpool < MNA_EVPOOL) A.evpool[A.nevpool++] = ev;
-}
-
-void mna_resolve(int wait) {
-  while (A.phead != A.ptail) {
-    mna_pending *p = &A.pending[A.phead];
-    CUresult q = wait ? A.cu.eventSynchronize(p->stop) : A.cu.eventQuery(p->stop);
-    if (q == CUDA_ERROR_NOT_READY && !wait) break;
-    float ms = 0;
-    if (q == CUDA_SUCCESS && A.cu.eventElapsed(&ms, p->start, p->stop) == CUDA_SUCCESS && ms >= 0) {
-      uint64_t ns = (uint64_t)((double)ms * 1e6 + 0.5);
-      mna_entry *e = p->e;
-      if (e->nsamples < MNA_MAX_SAMPLES) e->samples[e->nsamples] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
-      e->nsamples++;
-      e->total_ns += ns;
-    } else {
-      p->e->timed_lost++;
-    }
-    ev_put(p->start);
-    ev_put(p->stop);
-    A.phead = (A.phead + 1) % MNA_PENDING;
-  }
-}
-
-/* Every timed launch waits behind a host flag (cuStreamWaitValue32) that is raised once the start event, the
- * launch and the end event are queued, so host launch latency stays out of the time, as in the recorder's
- * retimed launches and the replay core (MNEME_APPLY_HOLD=0: no hold). A busy stream needs no hold: the start
- * event waits behind earlier work there. */
-static int hold_ready(void) {
-  if (A.hold_state) return A.hold_state > 0;
-  A.hold_state = -1;
-  const char *env = getenv("MNEME_APPLY_HOLD");
-  if ((env && strcmp(env, "0") == 0) || !A.cu.streamWaitValue32 || !A.cu.memHostAlloc || !A.cu.memHostGetDevicePointer)
-    return 0;
-  void *h = NULL;
-  CUdeviceptr d = 0;
-  if (A.cu.memHostAlloc(&h, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return 0;
-  if (A.cu.memHostGetDevicePointer(&d, h, 0) != CUDA_SUCCESS) return 0;
-  A.hold_flag = (volatile uint32_t *)h;
-  A.hold_dflag = d;
-  A.hold_state = 1;
-  return 1;
-}
-
-/* The flag only ever grows: hold n waits for flag >= n and is released by writing n. (Resetting it to 0 for
- * the next hold would re-block an earlier wait the GPU has not reached yet, on a stream nobody releases
- * again: the app hung.) */
-static void release_hold(void) {
-  if (A.held) {
-    __sync_synchronize();
-    *A.hold_flag = A.hold_seq;
-    A.held = 0;
-  }
-}
-
-int mna_time_begin(CUstream s, CUevent *a) {
-  *a = NULL;
-  if (!A.cu.eventRecord || !A.cu.eventQuery || !A.cu.eventSynchronize || !A.cu.eventElapsed) return 0;
-  mna_resolve(0);
-  /* only on an idle stream: there the gap would be timed, and nothing queued behind the wait can fill the
-   * launch queue while the host still has to raise the flag */
-  if (hold_ready() && A.cu.streamQuery && A.cu.streamQuery(s) == CUDA_SUCCESS) {
-    uint32_t next = A.hold_seq + 1;
-    if (next == 0) { /* after 2^32 - 1 holds the flag cannot grow any more: no more holds */
-      A.hold_state = -1;
-    } else if (A.cu.streamWaitValue32(s, A.hold_dflag, next, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS) {
-      A.hold_seq = next;
-      A.held = 1;
-    }
-  }
-  if ((A.ptail + 1) % MNA_PENDING == A.phead) mna_resolve(1);
-  *a = ev_get();
-  if (*a && A.cu.eventRecord(*a, s) != CUDA_SUCCESS) {
-    ev_put(*a);
-    *a = NULL;
-  }
-  return *a != NULL;
-}
-
-void mna_time_end(CUstream s, CUevent a, mna_entry *e, CUresult launched) {
-  if (!a) {
-    release_hold();
-    return;
-  }
-  CUevent b = launched == CUDA_SUCCESS ? ev_get() : NULL;
-  if (!b || A.cu.eventRecord(b, s) != CUDA_SUCCESS) {
-    release_hold();
-    ev_put(a);
-    ev_put(b);
-    return;
-  }
-  release_hold(); /* always, whatever happened above */
-  A.pending[A.ptail] = (mna_pending){a, b, e};
-  A.ptail = (A.ptail + 1) % MNA_PENDING;
-}
+/* -- timing: timing.c ------------------------------------------------------------------------------ */
 
 /* -- statistics --------------------------------------------------------------------------------------- */
 static void write_stats(void) {
@@ -307,6 +214,7 @@ static void write_stats(void) {
     fputc('\n', fd);
   }
   fprintf(fd, "unmatched %llu\n", (unsigned long long)A.unmatched);
+  fprintf(fd, "holds_broken %llu\n", (unsigned long long)A.holds_broken);
   for (int i = 0; i < A.nwarn; i++) fprintf(fd, "warn %s\n", A.warn[i]);
   if (A.check_failed[0]) fprintf(fd, "check_failed %s\n", A.check_failed);
   if (fclose(fd) != 0 || rename(tmp, A.stats_path) != 0) mna_warn("cannot write the statistics to %s", A.stats_path);
@@ -464,7 +372,7 @@ static CUresult decide(const fire_ctx *c, CUstream os, CUfunction f, const uint3
   }
   e->matched++;
   CUresult r;
-  CUevent t0 = NULL;
+  mna_timing t0;
   /* a stream being captured into a graph must not be queried or synchronized: no timing, no check there (the
    * swap and the variable copies become part of the graph) */
   CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -473,7 +381,7 @@ static CUresult decide(const fire_ctx *c, CUstream os, CUfunction f, const uint3
   if (!A.apply) { /* observe: the original, timed */
     if (!capturing) mna_time_begin(os, &t0);
     r = fire(c, f, g, b, shm, s, params, extra);
-    if (!capturing) mna_time_end(os, t0, e, r);
+    if (!capturing) mna_time_end(os, &t0, e, r);
   } else if (!ensure_loaded(e, f)) {
     e->fell_back++;
     r = fire(c, f, g, b, shm, s, params, extra);
@@ -487,7 +395,7 @@ static CUresult decide(const fire_ctx *c, CUstream os, CUfunction f, const uint3
     } else {
       if (!capturing) mna_time_begin(os, &t0);
       r = fire(c, e->fn, tg, tb, ts, s, params, extra);
-      if (!capturing) mna_time_end(os, t0, e, r);
+      if (!capturing) mna_time_end(os, &t0, e, r);
       if (r == CUDA_SUCCESS) {
         e->applied++;
         mna_mirror(e, os, 1);

@@ -1,13 +1,65 @@
-/* Snapshot copies from the device: through two pinned staging buffers on a stream of librecord's own,
- * so the DMA of one chunk overlaps the host copy-out of the previous one (a pageable cuMemcpyDtoH
- * reached a small fraction of pinned bandwidth: issue #16). Falls back to cuMemcpyDtoH when the
- * staging cannot be set up. Called with R.mu held, after the device was synchronized. */
+/* Snapshot copies from the device. The snapshot buffers themselves come from a pool of pinned host
+ * blocks that outlives an instance (mn_snap_alloc): the device copies into them at pinned bandwidth,
+ * and the next instance reuses them instead of faulting in fresh pages (freshly malloc'd buffers held
+ * the H200's snapshot copies to 1.0-2.2 GB/s: issue #16). What does not fit the pool (MNEME_SNAP_POOL
+ * bytes, default 2 GiB) is malloc'd and copied through two pinned staging buffers on a stream of
+ * librecord's own, the DMA of one chunk overlapping the host copy-out of the previous one; plain
+ * cuMemcpyDtoH when the staging cannot be set up. Called with R.mu held, after the device was synchronized. */
 #include "state.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define MN_STAGE_BYTES (32ull << 20)
+#define MN_POOL_BLOCKS 64
+#define MN_POOL_ALIGN (2ull << 20)
+
+typedef struct pool_block { uint8_t *p; uint64_t cap; int used; } pool_block;
+static pool_block pool[MN_POOL_BLOCKS];
+static uint64_t pool_bytes, pool_limit = UINT64_MAX;
+
+static int pool_find(const void *p) {
+  for (int i = 0; i < MN_POOL_BLOCKS; i++)
+    if (pool[i].p && pool[i].p == p) return i;
+  return -1;
+}
+
+void *mn_snap_alloc(uint64_t size) {
+  if (pool_limit == UINT64_MAX) {
+    const char *e = getenv("MNEME_SNAP_POOL");
+    char *end = NULL;
+    unsigned long long v = e && *e ? strtoull(e, &end, 0) : 0;
+    pool_limit = e && *e && end && !*end ? (uint64_t)v : (2ull << 30);
+  }
+  int best = -1, empty = -1;
+  for (int i = 0; i < MN_POOL_BLOCKS; i++) {
+    if (!pool[i].p) { if (empty < 0) empty = i; continue; }
+    if (!pool[i].used && pool[i].cap >= size && (best < 0 || pool[i].cap < pool[best].cap)) best = i;
+  }
+  if (best < 0 && size && empty >= 0) {
+    uint64_t cap = (size + MN_POOL_ALIGN - 1) / MN_POOL_ALIGN * MN_POOL_ALIGN;
+    void *p = NULL;
+    if (pool_bytes + cap <= pool_limit && D.hostAlloc(&p, cap, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS && p) {
+      pool[empty].p = p;
+      pool[empty].cap = cap;
+      pool_bytes += cap;
+      best = empty;
+    }
+  }
+  if (best >= 0) {
+    pool[best].used = 1;
+    return pool[best].p;
+  }
+  return malloc(size ? size : 1);
+}
+
+void mn_snap_free(void *p) {
+  if (!p) return;
+  int i = pool_find(p);
+  if (i >= 0) pool[i].used = 0; /* kept for the next instance */
+  else free(p);
+}
 
 static int stage_state; /* 0 not tried, 1 ready, -1 unavailable */
 static uint8_t *stage[2];
@@ -39,7 +91,7 @@ static int stage_ready(void) {
 }
 
 int mn_copy_dtoh(void *dst, uint64_t src, uint64_t size) {
-  if (size < (1u << 20) || !stage_ready())  /* small copies: one call is as fast */
+  if (size < (1u << 20) || pool_find(dst) >= 0 || !stage_ready())  /* small copies: one call is as fast */
     return D.memcpyDtoH(dst, (CUdeviceptr)src, size) == CUDA_SUCCESS ? 0 : -1;
   uint8_t *out = dst;
   uint64_t prev_off = 0, prev_len = 0;
@@ -68,7 +120,7 @@ int mn_copy_dtoh(void *dst, uint64_t src, uint64_t size) {
 
 int mn_copy_htod(uint64_t dst, const void *src, uint64_t size) {
   static PFN_cuMemcpyHtoDAsync_v3020 htod_async;
-  if (size < (1u << 20) || !stage_ready() ||
+  if (size < (1u << 20) || pool_find(src) >= 0 || !stage_ready() ||
       (!htod_async && !(htod_async = (PFN_cuMemcpyHtoDAsync_v3020)mn_ip_real("cuMemcpyHtoDAsync", 3020))))
     return D.memcpyHtoD((CUdeviceptr)dst, src, size) == CUDA_SUCCESS ? 0 : -1;
   const uint8_t *in = src;

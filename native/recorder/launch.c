@@ -403,7 +403,7 @@ typedef struct snapshot_set {
 } snapshot_set;
 
 static void set_free(snapshot_set *s) {
-  for (size_t i = 0; i < s->nblobs; i++) free(s->blobs[i].before);
+  for (size_t i = 0; i < s->nblobs; i++) mn_snap_free(s->blobs[i].before);
   for (size_t i = 0; i < s->nvars; i++) {
     free(s->vars[i].data);
     free(s->vars[i].relocs);
@@ -444,7 +444,7 @@ static int collect_blobs(snapshot_set *s) {
     b->space = MN_SPACE_HOST_PINNED;
   }
   for (size_t i = 0; i < s->nblobs; i++) {
-    s->blobs[i].before = malloc(s->blobs[i].size);
+    s->blobs[i].before = mn_snap_alloc(s->blobs[i].size);
     if (!s->blobs[i].before || read_blob(&s->blobs[i], s->blobs[i].before)) return -1;
     s->blob_bytes += s->blobs[i].size;
   }
@@ -568,7 +568,7 @@ static int write_epilogue(const char *path, const snapshot_set *s, uint64_t *byt
   uint64_t maxsize = 0;
   for (size_t i = 0; i < s->nblobs; i++)
     if (s->blobs[i].size > maxsize) maxsize = s->blobs[i].size;
-  uint8_t *after = maxsize ? malloc(maxsize) : NULL;
+  uint8_t *after = maxsize ? mn_snap_alloc(maxsize) : NULL;
   if (maxsize && !after) rc = -1;
   for (size_t i = 0; !rc && i < s->nblobs; i++) {
     const blob *b = &s->blobs[i];
@@ -576,7 +576,7 @@ static int write_epilogue(const char *path, const snapshot_set *s, uint64_t *byt
     if (!rc)
       rc = mn_writer_blob_epilogue(w, b->addr, b->size, b->space, b->before, after, R.cfg.epilogue_format, MN_MERGE_GAP);
   }
-  free(after);
+  mn_snap_free(after);
   for (size_t i = 0; !rc && i < s->nvars; i++) {
     const varsnap *v = &s->vars[i];
     uint8_t *data = malloc(v->v->size);

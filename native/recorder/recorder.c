@@ -12,6 +12,7 @@
  *   MNEME_VA_BASE/MNEME_VA_BYTES      device arena
  *   MNEME_HOST_BASE/MNEME_HOST_BYTES  pinned host region
  *   MNEME_EPILOGUE_FORMAT diff | bytes | best
+ *   MNEME_SNAP_POOL       bytes of pinned host memory kept for snapshot buffers across instances (default 2 GiB; 0: none)
  *   MNEME_MAX_SAMPLES     in-app timing samples kept per instance
  *   MNEME_RETIME          extra timed runs of each new instance, at most (default 10)
  *   MNEME_RETIME_BUDGET_US and at most this much wall time per instance, in us (default 1000000; 0: no bound)

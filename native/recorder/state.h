@@ -273,6 +273,9 @@ void mn_memory_at_exit(void);
 /* ---- copy.c ---- */
 /* Copies `size` device bytes at `src` to host memory `dst` (pinned staging, overlapped); 0 or -1. */
 int mn_copy_dtoh(void *dst, uint64_t src, uint64_t size);
+/* Snapshot buffers: pinned and reused across instances where the pool allows, else malloc'd (copy.c). */
+void *mn_snap_alloc(uint64_t size);
+void mn_snap_free(void *p);
 int mn_copy_htod(uint64_t dst, const void *src, uint64_t size);
 uint64_t mn_precise_ns(void);                /* CLOCK_MONOTONIC */
 

@@ -34,6 +34,8 @@ SMALL: Dict[str, List[str]] = {
     "cooperative": ["cooperative"],
     "shlib": ["shlib"],
     "driverapi": ["driverapi"],  # cuLaunchKernel from cudaGetDriverEntryPoint: recorded at the driver too
+    "consttable": ["consttable"],  # a __constant__ table the app sets before every launch
+    "devcounter": ["devcounter"],  # __device__ counters that accumulate across launches
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {

@@ -31,6 +31,10 @@ def main(mode, *dbs):
             with ReplayPipeline(db, rid, device_id=0, settings=settings) as pipe:
                 base = pipe.baseline_config()
                 todo = list(variants(base)) if mode == "matrix" else [("O3", base)]
+                if mode == "repeat":  # one module, four replays: the baseline, a launch-space shape, both again
+                    half = replace(base, block=replace(base.block, x=max(32, base.block.x // 2)),
+                                   grid=replace(base.grid, x=base.grid.x * (base.block.x // max(32, base.block.x // 2))))
+                    todo = [("O3", base), ("O3-half-block", half), ("O3-again", base), ("O3-half-block-again", half)]
                 if mode == "override":
                     # half the grid computes half the output: must not verify, and must not leak
                     bad = replace(base, grid=replace(base.grid, x=max(1, base.grid.x // 2)))

@@ -28,9 +28,24 @@ def tune(db: Path, out: Path, *args, env=None) -> dict:
                         "--seed", "1", *map(str, args)], capture_output=True, text=True, timeout=900, env=env)
     assert p.stdout.strip().startswith("{"), f"exit {p.returncode}\n{p.stdout}\n{p.stderr}"
     s = json.loads(p.stdout)
-    assert s["best"] is not None, s
+    assert s["best"] is not None, why_no_best(out, s, p.stderr)
     print((out / "summary.txt").read_text())
     return s
+
+
+def why_no_best(out: Path, s: dict, stderr: str) -> str:
+    """The tune's summary, the baseline's and the first failed trials' errors (their verification verdicts)."""
+    lines = [json.dumps(s.get("trials")), f"baseline: {json.dumps(s.get('baseline'))[:800]}"]
+    base = out / "baseline.json"
+    if base.is_file():
+        res = json.loads(base.read_text()).get("result") or {}
+        lines.append(f"baseline result: {res.get('status')}: {str(res.get('error'))[:2000]}")
+    trials = out / "trials.jsonl"
+    rows = [json.loads(t) for t in trials.read_text().splitlines()] if trials.is_file() else []
+    for row in [r for r in rows if r.get("status") != "verified"][:3]:
+        res = row.get("result") or {}
+        lines.append(f"trial {row.get('number')}: {row.get('status')}: {str(res.get('error') or row)[:2000]}")
+    return "\n".join(lines + [stderr[-3000:]])
 
 
 def apply(tuned, argv, *flags, env=None, check=True):

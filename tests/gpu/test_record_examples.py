@@ -32,6 +32,8 @@ KERNELS: Dict[str, List[str]] = {
     "cooperative": ["coopSum"],
     "shlib": ["shlibOffset", "shlibScale"],
     "driverapi": ["driverScale"],
+    "consttable": ["tableMap"],
+    "devcounter": ["countAbove"],
 }
 
 

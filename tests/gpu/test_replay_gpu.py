@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 HERE = Path(__file__).resolve().parent
 #: recorded examples whose every instance must replay and verify
 REPLAYED = ["vecadd", "stencil2d", "matmul", "reduce", "rdc", "structarg", "manylaunch", "ptrglobal", "pinned",
-            "launchex", "cooperative", "shlib", "driverapi"]
+            "launchex", "cooperative", "shlib", "driverapi", "consttable", "devcounter"]
 
 
 def matrix(mode: str, dbs: List[Path]) -> List[dict]:
@@ -37,6 +37,15 @@ def test_every_instance_verifies_under_every_standard_variant(small_recordings, 
     bad = [r for r in rows if not r["verified"]]
     assert not bad, "\n".join(f"{r['kernel']} {r['variant']}: {r['status']} {r['error']}" for r in bad)
     assert {r["variant"] for r in rows} >= {"O3", "O0", "O3+specialize", "O3+dims", "O3+bounds"}
+
+
+@pytest.mark.parametrize("name, kernel", [("devcounter", "countAbove"), ("ptrglobal", "ptrGlobal")])
+def test_a_kernel_that_accumulates_in_device_variables_verifies_on_every_replay(small_recordings, name, kernel):
+    # the same module replayed again and again (as a tune's launch-space trials share the baseline's cubin):
+    # the variables must start from their recorded values before every verification and timed run
+    rows = matrix("repeat", [small_recordings[name].db(kernel)])
+    assert len(rows) == 4, rows
+    assert all(r["verified"] for r in rows), "\n".join(f"{r['variant']}: {r['status']} {r['error']}" for r in rows)
 
 
 def test_a_result_changing_override_fails_verification_and_the_next_replay_verifies(small_recordings):

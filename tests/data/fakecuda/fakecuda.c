@@ -1,11 +1,17 @@
 /* A stand-in libcuda.so.1 for the CPU tests of libapply's interposition (tests/test_apply_native.py): no GPU
  * exists on the development machine, so these entry points print what the driver was asked to do. Kernel
  * handle 0x1000 is the app's kernel FAKE_KERNEL (module 0x3); a loaded ELF file becomes module 0x2 whose
- * kernel is 0x2000 (FAKE_CUKERNEL: 0x1000 is a CUkernel instead, see below). Variables: "g_count" (8 bytes) and "c_table" (16 bytes) in both modules. */
+ * kernel is 0x2000 (FAKE_CUKERNEL: 0x1000 is a CUkernel instead, see below). Variables: "g_count" (8 bytes) and "c_table" (16 bytes) in both modules.
+ *
+ * Lazy loading as the real driver may do it: every function starts unloaded (cuFuncIsLoaded); cuFuncLoad loads
+ * it. With FAKE_LAZY set, a launch of an unloaded function loads it first, which waits for the context's work:
+ * behind a queued hold (cuStreamWaitValue32 not yet satisfied by the host flag) it waits until the flag is raised
+ * (up to 10 s, then "deadlock"). With FAKE_LAUNCH_SYNCS set, every launch waits so. */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 static const char *kernel_name(void) {
@@ -16,7 +22,7 @@ static const char *kernel_name(void) {
 /* The host flag libapply holds timed launches behind: a real GPU reaches a queued wait later, so the flag must
  * never go down (a lower value re-blocks a wait not yet reached). Checked at every call that sees it. */
 static volatile uint32_t *hold_flag;
-static uint32_t hold_max;
+static uint32_t hold_max, hold_wait;
 static void check_flag(void) {
   if (!hold_flag) return;
   uint32_t v = *hold_flag;
@@ -24,10 +30,43 @@ static void check_flag(void) {
   if (v > hold_max) hold_max = v;
 }
 
+static int loaded[4]; /* 0x1000, 0x1001, 0x2000, other */
+static int *loaded_slot(CUfunction f) {
+  uintptr_t h = (uintptr_t)f;
+  return &loaded[h == 0x1000 ? 0 : h == 0x1001 ? 1 : h == 0x2000 ? 2 : 3];
+}
+EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *st, CUfunction f) {
+  *st = *loaded_slot(f) ? CU_FUNCTION_LOADING_STATE_LOADED : CU_FUNCTION_LOADING_STATE_UNLOADED;
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuFuncLoad(CUfunction f) {
+  *loaded_slot(f) = 1;
+  printf("load %#lx\n", (unsigned long)(uintptr_t)f);
+  return CUDA_SUCCESS;
+}
+/* Waits, as a context synchronization would, until a queued hold is released (10 s at most). */
+static int wait_for_held_stream(CUfunction f) {
+  if (!hold_flag || *hold_flag >= hold_wait) return 0;
+  printf("launch %#lx waits for the held stream\n", (unsigned long)(uintptr_t)f);
+  fflush(stdout);
+  struct timespec ts = {0, 1000000};
+  for (int i = 0; i < 10000 && *hold_flag < hold_wait; i++) nanosleep(&ts, NULL);
+  if (*hold_flag < hold_wait) {
+    printf("deadlock\n");
+    return -1;
+  }
+  return 0;
+}
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
   (void)s, (void)p, (void)x;
   check_flag();
+  /* a CUkernel launches its function in the context: 0x1001 */
+  int *ld = loaded_slot(getenv("FAKE_CUKERNEL") && (uintptr_t)f == 0x1000 ? (CUfunction)0x1001 : f);
+  if ((getenv("FAKE_LAZY") && !*ld) || getenv("FAKE_LAUNCH_SYNCS")) {
+    if (wait_for_held_stream(f)) return CUDA_ERROR_LAUNCH_TIMEOUT;
+  }
+  *ld = 1;
   printf("launch %#lx grid %u %u %u block %u %u %u shared %u\n", (unsigned long)(uintptr_t)f, gx, gy, gz, bx, by, bz, shm);
   return CUDA_SUCCESS;
 }
@@ -101,6 +140,7 @@ EXPORT CUresult cuStreamQuery(CUstream s) { return (void)s, CUDA_SUCCESS; }
 EXPORT CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr a, cuuint32_t v, unsigned flags) {
   (void)s, (void)flags;
   hold_flag = (volatile uint32_t *)(uintptr_t)a;
+  hold_wait = v;
   check_flag();
   printf("hold until %u\n", v);
   return CUDA_SUCCESS;
@@ -134,6 +174,7 @@ static const struct {
     {"cuEventElapsedTime", (void *)cuEventElapsedTime}, {"cuStreamQuery", (void *)cuStreamQuery},
     {"cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2}, {"cuMemHostAlloc", (void *)cuMemHostAlloc},
     {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2}, {"cuGetErrorName", (void *)cuGetErrorName},
+    {"cuFuncIsLoaded", (void *)cuFuncIsLoaded}, {"cuFuncLoad", (void *)cuFuncLoad},
 };
 
 /* The names libapply asks for carry version suffixes (_v2); the base name is what cuGetProcAddress takes. */
