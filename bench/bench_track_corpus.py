@@ -4,7 +4,7 @@ bench_tune_throughput.py measures what MLflow tracking costs `mneme tune` on vec
 130-500 per second; the corpus's kernels tune at about 10-17 per second (docs/corpus.json). This bench takes
 corpus kernels of 20 us to 1 ms in-app time (--min-us, --max-us; one per app: the heaviest replayable
 instance in that window, preferring one whose baseline replay verified in the corpus's replay stage) and runs
-`mneme tune` on each exactly as the corpus's tune stage does (bench/corpus/gpu.py: tune_argv; the `standard`
+`mneme tune` on each exactly as the corpus's tune stage does (bench/corpus/tune.py: tune_argv; the `standard`
 space and mneme's defaults for sampler, compile jobs, iterations and study storage; a fixed --seed) for
 --trials trials, with MLflow tracking off (--no-track) and on (a fresh SQLite store per run, one MLflow run
 per trial, counted back from the store through MlflowClient), --pairs times in ABBA order (off-on, on-off,
@@ -42,6 +42,7 @@ import benchlib  # noqa: E402
 from bench_tune_throughput import abba, median_row, pair_ratios, wait_for_writers  # noqa: E402
 
 from bench.corpus import gpu, stage  # noqa: E402
+from bench.corpus import tune as ctune  # noqa: E402
 from bench.corpus.apps import App  # noqa: E402
 
 OFF, ON = "mneme tune", "tune+mlflow"
@@ -52,9 +53,9 @@ GOAL = 0.90
 
 def window_picks(kernels: List[Dict[str, Any]], replayed: Optional[List[Dict[str, Any]]], min_us: float,
                  max_us: float, top: int = 1) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
-    """gpu.pick_kernels over the instances of min_us..max_us in-app time only."""
+    """The corpus tune stage's pick_kernels over the instances of min_us..max_us in-app time only."""
     inside = [{**k, "instances": [i for i in k["instances"] if (i["in_app_ns"] or 0) <= max_us * 1000]} for k in kernels]
-    return gpu.pick_kernels(inside, replayed, top, min_us * 1000)
+    return ctune.pick_kernels(inside, replayed, top, min_us * 1000)
 
 
 def corpus_targets(work: Path, apps: Sequence[str], min_us: float, max_us: float,
@@ -127,7 +128,7 @@ def pack_recorder(pack: Path, work: Path, budget: stage.Budget):
 def tune_argv(t: Dict[str, Any], out: Path, trials: int, space: str, track: bool, seed: int,
               compile_only: bool) -> List[str]:
     """The corpus tune stage's command line, tracked or not."""
-    argv = gpu.tune_argv(Path(t["db"]), t["rid"], out, trials, space, None) + ["--seed", str(seed)]
+    argv = ctune.tune_argv(Path(t["db"]), t["rid"], out, trials, space, None) + ["--seed", str(seed)]
     if track:
         argv.remove("--no-track")
     if compile_only:  # no GPU: compile every configuration, registers as the objective
@@ -160,7 +161,7 @@ def parse_row(doc: Optional[Dict[str, Any]], output: str, returncode: Optional[i
         why = "timed out" if returncode is None else f"exit {returncode}"
         raise RuntimeError(f"mneme tune gave no timing ({why}): {gpu.last_line(output)}")
     timing, tracking = doc["timing"], doc.get("tracking") or {}
-    res = gpu.parse_tune(doc)
+    res = ctune.parse_tune(doc)
     return {"per_s": timing["trials_per_s"], "search_s": timing.get("search_s"), "finish_s": timing.get("finish_s"),
             "trials": res["trials"], "statuses": ", ".join(f"{k} {v}" for k, v in sorted(res["by_status"].items())),
             "best_speedup": res["best_speedup"], "exit_code": doc.get("exit_code"),
@@ -174,7 +175,7 @@ def tune_row(t: Dict[str, Any], track: bool, trials: int, space: str, seed: int,
         store = out / "mlflow.db"
         env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{store}")
         p = stage.run(tune_argv(t, out / "tune", trials, space, track, seed, compile_only), timeout, cwd=out, env=env)
-        row = {**parse_row(gpu.json_object(p.output), p.output, p.returncode), "wall_s": round(p.seconds, 2)}
+        row = {**parse_row(ctune.json_object(p.output), p.output, p.returncode), "wall_s": round(p.seconds, 2)}
         if track:
             roles = store_runs(store)
             row.update(store_trial_runs=roles.get("trial", 0), store_runs=sum(roles.values()))
