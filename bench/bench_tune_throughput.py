@@ -142,6 +142,11 @@ def tune_row(record_db: Path, preset: str, jobs: int, n: int, device: int, seed:
         }
 
 
+def abba(pairs: int) -> list:
+    """Tracking off/on per run, `pairs` pairs in ABBA order (off-on, on-off, ...): a drift favours neither mode."""
+    return [track for i in range(max(1, pairs)) for track in ((False, True) if i % 2 == 0 else (True, False))]
+
+
 def wait_for_writers(limit_s: float = 60.0) -> None:
     """Until no MLflow writer process of an earlier row is left: a writer folds its store's log back into the
     database after `mneme tune` has returned, and that disk work must not land on the next row."""
@@ -160,18 +165,18 @@ def _writer_alive() -> bool:
     return False
 
 
-def median_row(rows: list, mode: str, preset: str = ""):
-    """The row of `mode` (of `preset`, if given) with the median configurations per second (the lower middle one
-    of an even count)."""
-    done = sorted((r for r in rows if r["mode"] == mode and r.get("per_s") and (not preset or r["preset"] == preset)),
+def median_row(rows: list, mode: str, preset: str = "", key: str = "preset"):
+    """The row of `mode` (whose `key` is `preset`, if given) with the median configurations per second (the lower
+    middle one of an even count)."""
+    done = sorted((r for r in rows if r["mode"] == mode and r.get("per_s") and (not preset or r[key] == preset)),
                   key=lambda r: r["per_s"])
     return done[(len(done) - 1) // 2] if done else None
 
 
-def pair_ratios(rows: list, preset: str) -> list:
-    """Tracked over untracked configurations per second of each ABBA pair of `preset`, in run order: their spread
-    says how far the ratio of the medians can be trusted."""
-    runs = [r for r in rows if r["mode"] in ("mneme tune", "tune+mlflow") and r["preset"] == preset]
+def pair_ratios(rows: list, preset: str, key: str = "preset") -> list:
+    """Tracked over untracked configurations per second of each ABBA pair of `preset` (the rows whose `key` is it),
+    in run order: their spread says how far the ratio of the medians can be trusted."""
+    runs = [r for r in rows if r["mode"] in ("mneme tune", "tune+mlflow") and r[key] == preset]
     out = []
     for a, b in zip(runs[0::2], runs[1::2]):
         on, off = (a, b) if a["mode"] == "tune+mlflow" else (b, a)
@@ -217,12 +222,11 @@ def main() -> int:
         tune_presets = [] if args.no_tune_row else [p for p in args.tune_presets.split(",") if p]
         jobs = max(int(j) for j in args.jobs.split(","))
         for preset in tune_presets:
-            for i in range(max(1, args.tune_repeats)):
-                for track in ((False, True) if i % 2 == 0 else (True, False)):  # ABBA: a drift favours neither mode
-                    wait_for_writers()
-                    rows.append(tune_row(db, preset, jobs, args.tune_trials, args.device, args.seed, args.iterations, track,
-                                         storage=args.tune_storage))
-                    print(f"  {rows[-1]['mode']:<11} {preset:<9} {rows[-1].get('per_s', 0):8.1f} configs/s", file=sys.stderr)
+            for track in abba(args.tune_repeats):
+                wait_for_writers()
+                rows.append(tune_row(db, preset, jobs, args.tune_trials, args.device, args.seed, args.iterations, track,
+                                     storage=args.tune_storage))
+                print(f"  {rows[-1]['mode']:<11} {preset:<9} {rows[-1].get('per_s', 0):8.1f} configs/s", file=sys.stderr)
 
     print(f"\nrecord: {db}")
     head = f"{'mode':<11} {'preset':<9} {'jobs':>4} {'configs':>7} {'distinct':>8} {'wall s':>8} {'finish s':>8} {'configs/s':>10} " \

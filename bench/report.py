@@ -20,12 +20,13 @@ from typing import Any, Dict, List, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib  # noqa: E402
 
-ORDER = ["record", "compile", "replay", "tune_throughput", "best_speedup", "kernel_tuner", "multi_gpu"]
+ORDER = ["record", "compile", "replay", "tune_throughput", "track_corpus", "best_speedup", "kernel_tuner", "multi_gpu"]
 TITLES = {
     "record": "Record overhead (`bench/bench_record.py`)",
     "compile": "Compile time per stage (`bench/bench_compile.py`)",
     "replay": "Replay fidelity and reset cost (`bench/bench_replay.py`)",
     "tune_throughput": "Tuning throughput (`bench/bench_tune_throughput.py`)",
+    "track_corpus": "Tracking on / off on corpus kernels (`bench/bench_track_corpus.py`)",
     "best_speedup": "Best speedup found per example (`bench/bench_best_speedup.py`)",
     "multi_gpu": "Multi-GPU scaling (`bench/bench_multi_gpu.py`)",
     "kernel_tuner": "Side by side with Kernel Tuner (`bench/bench_kernel_tuner.py`)",

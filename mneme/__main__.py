@@ -36,7 +36,12 @@ def job_exit_code(ret: Dict[str, Any], search_trial: bool) -> int:
     return 1 if status == "failed_verification" else 2
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+#: absolute: a relative config_path is taken relative to the package when the app runs as the `mneme-run`
+#: console script (the module is then `mneme.__main__`, not `__main__`), where `conf` is no package
+CONF_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "conf"))
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _app(cfg: DictConfig):
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode

@@ -13,6 +13,8 @@
 #     best     bench/bench_best_speedup.py      best speedup `mneme tune` finds per example (~4 min)
 #     kt       bench/bench_kernel_tuner.py      side by side with Kernel Tuner (vecAdd, 2-D stencil; ~3 min)
 #     multi    bench/bench_multi_gpu.py         one GPU vs every GPU of the host (needs nvidia-h200-x2 or larger)
+#     track    bench/bench_track_corpus.py      tracking on/off on corpus kernels (PACK=.corpus/packN, APPS=A,B, TRACK_ARGS;
+#              record DBs of an earlier `corpus.sh record` in .corpus/work are used, else the pack is recorded)
 #     all      every full part in turn (no per-call limit: ~18 min)
 #     report   only regenerate report.md from the results there
 set -uo pipefail
@@ -72,6 +74,9 @@ case "$PART" in
   best) run best_speedup "$LIMIT" "$PY" bench/bench_best_speedup.py --out "$OUT/best_speedup.json" ;;
   kt) run kernel_tuner "$LIMIT" "$PY" bench/bench_kernel_tuner.py --out "$OUT/kernel_tuner.json" ;;
   multi) run multi_gpu "$LIMIT" "$PY" bench/bench_multi_gpu.py --devices "${DEVICES:-0,1}" --out "$OUT/multi_gpu.json" ;;
+  # shellcheck disable=SC2086  # TRACK_ARGS: more flags of the script, e.g. "--trials 60 --pairs 2"
+  track) run track_corpus "$LIMIT" "$PY" bench/bench_track_corpus.py --pack "${PACK:-.corpus/pack}" ${APPS:+--apps "$APPS"} \
+           --budget "$((LIMIT - 40))" ${TRACK_ARGS:-} --out "$OUT/track_corpus.json" ;;
   all)
     run record "$LIMIT" "$PY" bench/bench_record.py --out "$OUT/record.json"
     run compile "$LIMIT" "$PY" bench/bench_compile.py --out "$OUT/compile.json"
@@ -81,7 +86,7 @@ case "$PART" in
     run kernel_tuner "$LIMIT" "$PY" bench/bench_kernel_tuner.py --out "$OUT/kernel_tuner.json"
     ;;
   report) ;;
-  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, best, kt, multi, all, report)"; exit 2 ;;
+  *) echo "bench: unknown part '$PART' (quick, record, compile, replay, tune, best, kt, multi, track, all, report)"; exit 2 ;;
 esac
 
 "$PY" bench/report.py "$OUT" --out "$OUT/report.md" || FAILED+=("report")

@@ -1,14 +1,15 @@
 """Screenshots of a sweep in MLflow's UI, in a real browser: the runs page (run names, the sweep's parent
 expanded) and the comparison view of its trials (parallel coordinates of kernel and knobs against a metric).
 
-    python scripts/mlflow_screenshot.py [--store sqlite:///mlflow.db] [--experiment mneme] [--runs 8]
-           [--params kernel,replay.block.x,replay.codegen_opt] [--metric exec_time_median_ns]
+    python scripts/mlflow_screenshot.py [--store sqlite:///mlflow.db] [--experiment mneme] [--runs 8] [--sweeps N]
+           [--params kernel,replay.block.x,replay.passes,replay.specialize] [--metric exec_time_median_ns]
            [--out docs/img/mlflow-compare.png] [--runs-out docs/img/mlflow-runs.png]
 
 Starts `mlflow server` on the store, opens the pages in headless Chromium (Debian's `chromium` package,
 installed through apt-get when missing) driven over the DevTools protocol (aiohttp, which MLflow brings),
 picks the parallel-coordinates axes, turns on "show diff only", and saves the screenshots. For a
-compile-only store use --metric registers.
+compile-only store use --metric registers. It needs no GPU: a GPU sweep's store is made on the GPU machine by
+scripts/sweep-store.sh and unpacked here (docs/EXPERIMENTS.md, "In the MLflow UI").
 """
 
 from __future__ import annotations
@@ -60,16 +61,25 @@ def wait_for(url: str, timeout: float = 300.0):
             time.sleep(0.3)
 
 
-def pick_runs(store: str, experiment: str, n: int):
+def pick_runs(store: str, experiment: str, n: int, sweeps: int = 1):
+    """(experiment id, up to n finished trial runs, the latest sweep's name): the trials of the latest `sweeps`
+    sweep parents, an equal share of each (a sweep per kernel puts the kernel on an axis of the compare view)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(store)
     exp = client.get_experiment_by_name(experiment)
-    sweeps = client.search_runs([exp.experiment_id], "tags.`mneme.role` = 'sweep'", order_by=["attributes.start_time DESC"])
-    flt = "tags.`mneme.role` = 'trial'" + (f" and tags.mlflow.parentRunId = '{sweeps[0].info.run_id}'" if sweeps else "")
-    trials = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time ASC"])
-    return exp.experiment_id, [r.info.run_id for r in trials if r.info.status == "FINISHED"][:n], \
-        (sweeps[0].info.run_name if sweeps else "")
+    if exp is None:
+        known = ", ".join(e.name for e in client.search_experiments()) or "none"
+        raise SystemExit(f"mlflow_screenshot: no experiment {experiment!r} in {store} (experiments: {known})")
+    parents = client.search_runs([exp.experiment_id], "tags.`mneme.role` = 'sweep'",
+                                 order_by=["attributes.start_time DESC"])[:max(1, sweeps)]
+    flts = [f"tags.`mneme.role` = 'trial' and tags.mlflow.parentRunId = '{p.info.run_id}'" for p in parents] \
+        or ["tags.`mneme.role` = 'trial'"]
+    share, runs = max(1, n // len(flts)), []
+    for flt in reversed(flts):  # oldest sweep first, as the runs page lists them below the newest
+        trials = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time ASC"])
+        runs += [r.info.run_id for r in trials if r.info.status == "FINISHED"][:share]
+    return exp.experiment_id, runs[:n], (parents[0].info.run_name if parents else "")
 
 
 async def drive(url: str, out: Path, params, metric: str, width: int, height: int, runs_url: str = "",
@@ -156,9 +166,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", default="sqlite:///mlflow.db")
     ap.add_argument("--experiment", default="mneme")
-    ap.add_argument("--runs", type=int, default=8)
-    ap.add_argument("--params", default="kernel,replay.block.x,replay.grid.x,replay.codegen_opt",
-                    help="parallel-coordinates axes (compile-only sweeps: e.g. kernel,replay.passes,replay.codegen_opt)")
+    ap.add_argument("--runs", type=int, default=8, help="trials in the compare view (default 8)")
+    ap.add_argument("--sweeps", type=int, default=1,
+                    help="take the trials from the latest N sweeps, N/runs from each (default 1; sweep-store.sh makes 2)")
+    ap.add_argument("--params", default="kernel,replay.block.x,replay.passes,replay.specialize",
+                    help="parallel-coordinates axes (default: the kernel and knobs of the standard space; compile-only "
+                         "sweeps: e.g. kernel,replay.passes,replay.codegen_opt)")
     ap.add_argument("--metric", default="exec_time_median_ns", help="the colored axis (compile-only: registers)")
     img = Path(__file__).resolve().parent.parent / "docs" / "img"
     ap.add_argument("--out", default=str(img / "mlflow-compare.png"), help="the compare view's screenshot")
@@ -166,7 +179,7 @@ def main() -> int:
     ap.add_argument("--size", default="1600x1500")
     a = ap.parse_args()
     browser_exe = ensure_chromium()
-    exp_id, runs, sweep_name = pick_runs(a.store, a.experiment, a.runs)
+    exp_id, runs, sweep_name = pick_runs(a.store, a.experiment, a.runs, a.sweeps)
     if not runs:
         print(f"no finished trial runs in experiment {a.experiment!r} of {a.store}", file=sys.stderr)
         return 1

@@ -72,6 +72,21 @@ def test_shell_completion_completes_subcommands_and_their_flags(tmp_path):
         assert want in out.read_text().split(), out.read_text()
 
 
+def test_the_hydra_apps_console_script_runs_anywhere_and_hydra_completes_it(tmp_path):
+    """`mneme-run` is `python -m mneme` as a program of its own, so that Hydra's shell completion can call it."""
+    exe = Path(sys.executable).parent / "mneme-run"
+    assert exe.is_file(), f"{exe}: the console script is missing (pip install -e .)"
+    run = lambda *a, env=None: subprocess.run([str(exe), *a], capture_output=True, text=True, cwd=tmp_path,  # noqa: E731
+                                               env={**os.environ, **(env or {})}, timeout=300)
+    p = run("--help")
+    assert p.returncode == 0 and "experiments (experiments/NAME.yaml):" in p.stdout, p.stderr[-2000:]
+    for line, want in (("mneme-run +experiment=", "+experiment=sweep"), ("mneme-run search_space=", "search_space=standard"),
+                       ("mneme-run stu", "study.")):
+        q = run("-sc", "query=bash", env={"COMP_LINE": line})
+        assert q.returncode == 0 and want in q.stdout.split(), (line, q.stdout, q.stderr[-2000:])
+    assert "complete -o nospace" in run("-sc", "install=bash").stdout
+
+
 def test_replay_json_to_stdout_is_json_only():
     p = _run("-m", "mneme.cli", "replay", "-rdb", str(VECADD), "--compile-only", "--json", "-")
     assert p.returncode == 0, p.stderr

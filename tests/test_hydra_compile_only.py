@@ -48,11 +48,14 @@ def check_compile_run(client, run, kernel_name="saxpy("):
     assert t["mneme.kernel"].startswith(kernel_name) and t["mneme.dynamic_hash"] == "d" * 16
     assert len(t["mneme.code_hash"]) == 64 and len(t["mneme.config_hash"]) == 64
     assert {"mneme.static_hash", "mneme.gpu", "mneme.driver", "mneme.version", "mneme.git_commit"} <= set(t)
-    assert {"replay.passes", "replay.block.x", "replay.codegen_opt", "measure.iterations"} <= set(p)
+    assert {"replay.passes", "replay.block.x", "replay.codegen_opt", "measure.iterations", "kernel", "instance"} <= set(p)
+    assert p["kernel"] and p["instance"] == "d" * 16  # axes and groupings of MLflow's compare view
     files = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"kernel.ll", "kernel.ptx", "kernel.cubin", "config.yaml", "result.json"} <= files
+    assert {"kernel.ll.txt", "kernel.ptx.txt"} <= files  # names MLflow's artifact viewer previews
     read = lambda name: read_artifact(client, run.info.run_id, name)  # noqa: E731
     assert b"define " in read("kernel.ll") and b".entry" in read("kernel.ptx")
+    assert read("kernel.ptx.txt") == read("kernel.ptx") and read("kernel.ll.txt") == read("kernel.ll")
     assert read("kernel.cubin")[:4] == b"\x7fELF"
     return read
 

@@ -62,8 +62,12 @@ def test_configs_map_onto_the_same_tune_options_as_the_cli():
     assert opts.devices is None and opts.track is True
     opts.validate()
     co = schema.tune_options(_compose("+experiment=compile_only", "record.db=r.json"))
-    assert co.devices == [] and co.objective == "registers"
+    assert co.devices == [] and co.objective == "registers" and co.derived == []
     co.validate()
+    # the sweep's study keeps the derived metrics, so its closing summary shows them as `mneme tune --derived` does
+    dm = schema.tune_options(_compose("+experiment=sweep", "record.db=r.json", 'metrics=["gbps = 3 * n * 4 / time_s / 1e9"]'))
+    assert dm.derived == ["gbps = 3 * n * 4 / time_s / 1e9"]
+    dm.validate()
 
 
 def test_sweep_overrides_carry_the_whole_configuration():

@@ -202,3 +202,13 @@ def test_sweep_ends_on_its_summary_and_results_path_with_overrides_in_the_job_lo
     assert "#0 :" not in p.stdout + p.stderr  # no per-job override dumps
     logs = sorted(cwd.glob("multirun/sweep/*/*/mneme.log"))
     assert logs and "overrides: " in logs[0].read_text() and "codegen_opt=" in logs[0].read_text()
+
+
+def test_a_sweep_rerun_on_an_existing_study_is_told_the_hydra_keys(tmp_path):
+    """The advice names the Hydra keys that continue or rename the study, not `mneme tune`'s flags."""
+    write_record(tmp_path / "rec")
+    run_app(tmp_path, *SWEEP, "study.trials=2")
+    p = run_app(tmp_path, *SWEEP, "study.trials=2", check=False)
+    assert p.returncode != 0
+    assert "study 'saxpy-quick' already exists" in p.stderr and "study.resume=true" in p.stderr, p.stderr[-3000:]
+    assert "study.name=NAME" in p.stderr and "--resume" not in p.stderr and "--study" not in p.stderr

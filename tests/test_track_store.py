@@ -148,6 +148,18 @@ def test_compare_without_a_store_creates_none(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
 
+def test_ui_prints_the_runs_page_of_the_experiment_not_mlflows_traces_page(sweep_store, tmp_path):
+    uri, parent, client = sweep_store
+    exp_id = client.get_experiment_by_name(EXP).experiment_id
+    p = subprocess.run([sys.executable, "-m", "mneme.cli", "ui", EXP, "--tracking-uri", uri, "--port", "5123", "--print-url"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"http://127.0.0.1:5123/#/experiments/{exp_id}/runs?workflowType=machine_learning"
+    none = subprocess.run([sys.executable, "-m", "mneme.cli", "ui", "--print-url"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**__import__("os").environ, "MLFLOW_TRACKING_URI": ""})
+    assert none.returncode == 2 and "no MLflow store at" in none.stderr and not (tmp_path / "mlflow.db").exists()
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

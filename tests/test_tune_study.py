@@ -89,6 +89,7 @@ def test_results_directory_from_the_storage(tmp_path, record):
     for f in out.glob("*.json*"):
         f.unlink()
     study = st.load_study(st.open_storage(st.storage_url(None, str(out))), outcome.summary["study"])
+    assert study.metric_names == ["median time (ns)"]  # what optuna-dashboard names the objective
     again = write_results(study, str(out))
     assert (out / "trials.jsonl").read_text() == jsonl
     assert again["best"]["config_hash"] == summary["best"]["config_hash"]

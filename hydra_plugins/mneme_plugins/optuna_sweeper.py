@@ -296,7 +296,7 @@ class StudyRun:
         }
         try:
             self.study, self.resumed = st.open_study(storage, self.name, self.objective.directions, self.sampler,
-                                                     fingerprints, self.opts.resume)
+                                                     fingerprints, self.opts.resume, self.objective.labels)
         except ConfigurationError as e:
             raise ConfigurationError(hydra_terms(str(e))) from None
         if not self.resumed:

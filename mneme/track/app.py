@@ -225,23 +225,16 @@ def _job_log(line: str) -> None:
         f.write(f"overrides: {overrides}\n{line}\n")
 
 
-@functools.lru_cache(maxsize=64)
-def _scalar_args(db: str, record_id: str):
-    from mneme.tune.derived import scalar_args
-
-    return scalar_args(db, record_id)
-
-
 def derived_metrics(cfg: Any, tgt: "Target", result: ExperimentResult) -> Dict[str, float]:
     """The config's `metrics` definitions evaluated on this job (ConfigurationError for a bad definition)."""
     specs = list(cfg.get("metrics") or [])
     if not specs:
         return {}
-    from mneme.tune.derived import check, evaluate, parse_all
+    from mneme.tune.derived import check, evaluate, parse_all, scalar_args
     from mneme.tune.objective import metric_ns
 
     defs = parse_all(specs)
-    args = _scalar_args(tgt.db, tgt.instance.dynamic_hash)
+    args = scalar_args(tgt.db, tgt.instance.dynamic_hash)  # read once per process
     check(defs, args)
     t = metric_ns(result.exec_time, cfg.study.metric) if result.exec_time else None
     return evaluate(defs, args, t)

@@ -227,7 +227,7 @@ def tune_options(cfg: Any, **extra: Any):
         launch_safety=space.launch_safety, passes=list(_plain(space.passes) or []), pipeline_file=space.pipeline_file,
         space_module=space.module, space_args=dict(_plain(space.args) or {}), track=bool(cfg.tracking.enabled),
         compile_timeout=float(ex.compile_timeout), run_timeout=ex.run_timeout, cache_dir=ex.cache_dir,
-        backend=ex.backend, **extra,
+        backend=ex.backend, derived=[str(d) for d in _plain(cfg.get("metrics")) or []], **extra,
     )
 
 

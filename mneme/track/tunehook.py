@@ -62,6 +62,7 @@ class MlflowTuneHook:
         self.resumed_run = False
         self._summary: Optional[threading.Thread] = None
         self._summary_error: Optional[BaseException] = None
+        self._derived: Optional[tuple] = None  # (definitions, the kernel's scalar arguments)
 
     def _record_tags(self) -> Dict[str, Any]:
         """What every run of the study shares: the kernel's identity, and where its compiled code is."""
@@ -88,6 +89,23 @@ class MlflowTuneHook:
         )
         self.sweep.trial_params = {"space": (info.get("space") or {}).get("name", "")}
         self.sweep.export_env()
+        if opts.get("derived"):
+            from mneme.tune.derived import check, parse_all, scalar_args
+
+            defs = parse_all(opts["derived"])
+            args = scalar_args(rec.get("db", opts.get("record_db", "")), rec.get("dynamic_hash") or None)
+            check(defs, args)
+            self._derived = (defs, args)
+
+    def _extra(self, result: ExperimentResult) -> Dict[str, Any]:
+        """The derived metrics of a result, as extra MLflow metrics."""
+        if self._derived is None:
+            return {}
+        from mneme.tune.derived import evaluate
+        from mneme.tune.objective import metric_ns
+
+        t = metric_ns(result.exec_time, self.metric) if result.exec_time else None
+        return {"extra_metrics": evaluate(*self._derived, t)}
 
     def on_baseline(self, config: ExperimentConfiguration, result: ExperimentResult, metric_ns: Optional[float]) -> None:
         self.baseline_ns = metric_ns
@@ -96,7 +114,7 @@ class MlflowTuneHook:
         if self.sweep is None or self.resumed_run:
             return  # a resumed study's baseline run exists already
         self.sweep.trial(-1, config, None, result, role="baseline", baseline_ns=metric_ns,
-                         **self._record_tags())
+                         **self._record_tags(), **self._extra(result))
 
     def on_trial(self, trial: Dict[str, Any]) -> None:
         if self.sweep is None or trial.get("config") is None:
@@ -105,7 +123,7 @@ class MlflowTuneHook:
         if trial.get("duplicate_of") is not None:
             tags["mneme.duplicate_of"] = trial["duplicate_of"]
         self.sweep.trial(trial["number"], trial["config"], None, trial["result"], baseline_ns=self.baseline_ns,
-                         tags=tags, **self._record_tags())
+                         tags=tags, **self._record_tags(), **self._extra(trial["result"]))
 
     def on_search_end(self, info: Dict[str, Any]) -> None:
         """Summarize while the tuner stops its workers and writes its results: the writers drain their backlog

@@ -95,6 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--no-attribute", dest="attribute", action="store_false",
       help="skip measuring the best configuration without each of its knobs after the search")
     a("--quiet", action="store_true", help="no progress bar")
+    a("--derived", action="append", default=[], metavar="'NAME = EXPR'",
+      help="a derived metric over the kernel's scalar arguments by name and time_s/_ms/_us/_ns, shown for the baseline "
+           "and the best and logged to MLflow per trial, e.g. --derived 'gbps = 3 * n * 4 / time_s / 1e9' (repeatable)")
     g = parser.add_argument_group("advanced")
     g.add_argument("--compile-timeout", type=float, default=600.0, help="seconds one compilation may take (default 600)")
     g.add_argument("--stale-after", type=float, default=120.0,
@@ -118,7 +121,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         space_module=args.space_module, space_args=parse_space_args(args.space_arg), output=args.output,
         track=not args.no_track, compile_timeout=args.compile_timeout, stale_after=args.stale_after,
         max_inflight=args.max_inflight, cache_dir=args.cache_dir, progress=not args.quiet,
-        attribute=args.attribute,
+        attribute=args.attribute, derived=list(args.derived),
     )
     if args.backend:
         o.backend = args.backend

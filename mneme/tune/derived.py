@@ -9,12 +9,14 @@ no calls but those), so a config file cannot run code.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from mneme.config import ExperimentResult
 from mneme.errors import ConfigurationError
 
 _BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -105,8 +107,34 @@ def evaluate(defs: Sequence[Derived], args: Mapping[str, float], time_ns: Option
     return out
 
 
+def for_results(specs: Sequence[str], record_db: str, record_id: Optional[str],
+                results: Mapping[str, Optional[ExperimentResult]], metric: str) -> Dict[str, Dict[str, float]]:
+    """{role: {name: value}} of the definitions `specs` for each result (e.g. the baseline and the best), its time
+    the `metric` statistic of its iterations; {} without definitions."""
+    if not specs:
+        return {}
+    from mneme.tune.objective import metric_ns
+
+    defs = parse_all(specs)
+    args = scalar_args(record_db, record_id)
+    check(defs, args)
+    return {role: evaluate(defs, args, metric_ns(r.exec_time, metric) if r.exec_time else None)
+            for role, r in results.items() if r is not None}
+
+
+def text(values: Mapping[str, Mapping[str, float]]) -> str:
+    """`derived: gbps 812.3 (baseline 640.1), bytes 1.258e+07 (baseline 1.258e+07)` (best first)."""
+    best, base = values.get("best") or {}, values.get("baseline") or {}
+    names = list(dict.fromkeys([*best, *base]))
+    return "derived: " + ", ".join(
+        f"{n} {best[n]:.4g}" + (f" (baseline {base[n]:.4g})" if n in base else "") if n in best else f"{n} baseline {base[n]:.4g}"
+        for n in names)
+
+
+@functools.lru_cache(maxsize=16)
 def scalar_args(record_db: str, record_id: Optional[str] = None) -> Dict[str, float]:
-    """The recorded values of a kernel instance's integer and floating-point arguments, by their IR names."""
+    """The recorded values of a kernel instance's integer and floating-point arguments, by their IR names (read once
+    per process; the dict is shared: do not change it)."""
     from mneme.ir.params import canonical_value, kernel_params
     from mneme.replay.pipeline import ReplayPipeline
     from mneme.snapshot import Snapshot

@@ -76,6 +76,8 @@ class TuneOptions:
     progress: bool = True
     #: after the search, measure the best configuration without each of its knobs (mneme.tune.attribution)
     attribute: bool = True
+    #: derived metrics, `NAME = EXPRESSION` over the kernel's scalar arguments and the time (mneme.tune.derived)
+    derived: List[str] = field(default_factory=list)
 
     def settings(self) -> MeasurementSettings:
         return MeasurementSettings(
@@ -105,6 +107,9 @@ class TuneOptions:
             raise ConfigurationError("--iterations must be at least 1 and --warmup at least 0")
         if self.timeout <= 0:
             raise ConfigurationError(f"--timeout {self.timeout}: must be positive (seconds)")
+        from mneme.tune.derived import parse_all
+
+        parse_all(self.derived)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)

@@ -335,6 +335,15 @@ def summarize(rep: StudyReport) -> Dict[str, Any]:
         }
     if rep.objective.multi:
         summary["pareto"] = pareto(rep)
+    if opts.get("derived"):
+        from mneme.tune import derived
+
+        try:
+            summary["derived"] = derived.for_results(
+                opts["derived"], opts.get("record_db"), summary["record_id"],
+                {"baseline": rep.baseline_result, "best": best.result if best is not None else None}, rep.objective.metric)
+        except Exception as e:  # noqa: BLE001 - the results directory must not fail on a derived metric
+            summary["derived_error"] = f"{type(e).__name__}: {e}"
     return summary
 
 
@@ -391,6 +400,12 @@ def summary_text(summary: Dict[str, Any]) -> str:
             lines.append(attribution_text(summary["attribution"]))
     else:
         lines.append("best: none (no trial succeeded)")
+    if summary.get("derived"):
+        from mneme.tune.derived import text
+
+        lines.append(text(summary["derived"]))
+    elif summary.get("derived_error"):
+        lines.append(f"derived metrics: not computed ({summary['derived_error']})")
     if summary.get("banned_shapes"):
         lines.append(f"banned block shapes (failed to launch, killed the CUDA context or answered wrongly): {', '.join(summary['banned_shapes'])}")
     return "\n".join(lines)

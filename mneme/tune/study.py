@@ -225,8 +225,10 @@ def fingerprint_of(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def open_study(storage, name: str, directions: Sequence[str], sampler, fingerprints: Dict[str, str], resume: bool):
-    """Create the study, or load it when resuming; refuse a resume whose record, space or objective changed."""
+def open_study(storage, name: str, directions: Sequence[str], sampler, fingerprints: Dict[str, str], resume: bool,
+               metric_names: Optional[Sequence[str]] = None):
+    """Create the study, or load it when resuming; refuse a resume whose record, space or objective changed.
+    `metric_names` name the objective values (optuna-dashboard and Optuna's plots show them for 'Objective 0')."""
     optuna = _optuna()
     summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     # a study whose start failed before its first trial (e.g. a bad setting) holds nothing: a rerun reuses it
@@ -258,6 +260,12 @@ def open_study(storage, name: str, directions: Sequence[str], sampler, fingerpri
             )
     elif [d.name.lower() for d in study.directions] != [d.lower() for d in directions]:
         raise ConfigurationError(f"study {name!r} optimises {study.directions}, not {list(directions)}")
+    if metric_names and study.metric_names != list(metric_names):
+        import warnings
+
+        with warnings.catch_warnings():  # set_metric_names is "experimental" in Optuna 4 and 5
+            warnings.simplefilter("ignore")
+            study.set_metric_names(list(metric_names))
     return study, bool(stored)
 
 

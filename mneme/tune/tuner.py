@@ -155,6 +155,10 @@ class Tuner:
 
         o = self.o
         self.prepare()
+        if o.derived:  # a definition that names no argument of this kernel fails before any work
+            from mneme.tune.derived import check, parse_all, scalar_args
+
+            check(parse_all(o.derived), scalar_args(o.record_db, self.instance.dynamic_hash))
         for note in self.notes:
             print(f"mneme tune: note: {note}", file=sys.stderr)
         if o.devices is None:  # before the study exists: a machine without GPUs leaves no empty study behind
@@ -171,7 +175,7 @@ class Tuner:
             "objective": st.fingerprint_of(self.objective.describe()),
         }
         self.study, resumed = st.open_study(storage, self.study_name, self.objective.directions, self.sampler,
-                                            fingerprints, o.resume)
+                                            fingerprints, o.resume, self.objective.labels)
         if not resumed:
             self._describe_study(fingerprints)
         else:  # the summary names the options of the latest run (sampler, trials, ...), not the first run's

@@ -58,11 +58,13 @@ def test_hydra_sweep_logs_every_metric(big_recordings, tmp_path):
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900,
     )
     assert p.returncode == 0, f"{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    closing = _closing_lines(p.stdout)
     client = _client(tmp_path)
     exp = client.get_experiment_by_name("mneme")
     runs = client.search_runs([exp.experiment_id])
     parent = [r for r in runs if r.data.tags.get("mneme.role") == "sweep"]
     assert len(parent) == 1 and parent[0].info.status == "FINISHED"
+    assert closing["speedup"] == pytest.approx(parent[0].data.metrics["best_speedup"], rel=0.01), closing
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id]
     baseline = [r for r in children if r.data.tags.get("mneme.role") == "baseline"]  # named "vecAdd baseline"
     assert len(baseline) == 1 and baseline[0].data.metrics["speedup"] == 1.0
@@ -86,6 +88,34 @@ def test_hydra_sweep_logs_every_metric(big_recordings, tmp_path):
     print(table.stdout)
     print(f"{len(children)} runs, {len(verified)} verified, best speedup {pm['best_speedup']:.3f}, "
           f"best median {pm['best_exec_time_ns']:.0f} ns")
+
+
+def _closing_lines(stdout: str) -> dict:
+    """The sweep ends as `mneme tune` does: its summary (trials, baseline, best with its speedup), the results
+    directory and Hydra's optimization_results.yaml, after one progress line instead of per-job override dumps."""
+    import re
+
+    import yaml
+
+    lines = stdout.strip().splitlines()
+    tail = lines[-20:]
+    results = next((ln for ln in tail if ln.startswith("results: ")), None)
+    assert results, "the sweep did not end on its results path:\n" + "\n".join(tail)
+    hydra = next((ln for ln in tail if ln.startswith("Hydra: ")), None)
+    assert hydra and tail.index(hydra) == tail.index(results) + 1, "\n".join(tail)
+    out = Path(results.split()[1])
+    assert out.is_absolute() and (out / "summary.txt").is_file() and (out / "best.sh").is_file(), results
+    assert (out / "best.sh").read_text().splitlines()[-1].startswith("mneme replay -rdb ")
+    best = next((ln for ln in tail if ln.startswith("best: trial ")), None)
+    assert best and any(ln.startswith("trials: 24 of 24 counted") for ln in tail), "\n".join(tail)
+    assert any(ln.startswith("baseline (recorded launch") and "verified" in ln for ln in tail), "\n".join(tail)
+    m = re.search(r"(\d+\.\d+)x over the baseline", best)
+    assert m, best
+    doc = yaml.safe_load(Path(hydra.split()[1]).read_text())
+    assert doc["best_params"]["replay.block.x"] > 0 and doc["results"] == str(out), doc
+    assert "#0 :" not in stdout, "per-job override dumps in the sweep's output"
+    print("\n".join(tail))
+    return {"speedup": float(m.group(1)), "out": out}
 
 
 def test_mneme_tune_logs_under_one_parent(big_recordings, tmp_path):
