@@ -34,12 +34,14 @@ SMALL: Dict[str, List[str]] = {
     "cooperative": ["cooperative"],
     "shlib": ["shlib"],
     "driverapi": ["driverapi"],  # cuLaunchKernel from cudaGetDriverEntryPoint: recorded at the driver too
+    "managed": ["managed"],  # cudaMallocManaged (+ cudaMemAdvise, cudaMemPrefetchAsync): snapshotted
+    "zerocopy": ["zerocopy"],  # malloc + cudaHostRegister(Mapped): snapshotted, mapped at its host address
+    "streamalloc": ["streamalloc"],  # cudaMallocAsync, a pool, cudaFreeAsync, cudaMallocPitch, cudaMalloc3D
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {
     "graph": ["graph"],
     "texture": ["texture"],
-    "managed": ["managed"],
 }
 #: sized for timing on an H200
 BIG: Dict[str, List[str]] = {
