@@ -17,9 +17,10 @@ __global__ void zeroCopyWrite(const float *in, float *host_out, int n) {
 int main(int argc, char **argv) {
   const int n = (int)arg_long(argc, argv, 1, 1 << 14, "n");
   const size_t bytes = (size_t)n * sizeof(float);
-  // plain malloc: not page-aligned, as apps do it
-  float *in = (float *)malloc(bytes), *result = (float *)malloc(bytes);
-  if (!in || !result) return 1;
+  // the input from plain malloc (not page-aligned, as apps do it); the result page-aligned, so that the
+  // two registrations never share a page (the driver refuses to register a page twice)
+  float *in = (float *)malloc(bytes), *result = nullptr;
+  if (!in || posix_memalign((void **)&result, 4096, bytes) != 0) return 1;
   fill_unit(in, n, 21);
   memset(result, 0, bytes);
   CHECK(cudaHostRegister(in, bytes, cudaHostRegisterMapped));

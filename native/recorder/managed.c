@@ -43,6 +43,7 @@ static void placed_add(uint64_t addr, uint64_t size, uint32_t space) {
   tab[at].size = size;
   tab[at].space = space;
   ntab++;
+  mn_exit_hook_arm(); /* the exit event then lists what is still live, even if nothing was launched */
 }
 
 /* Forgets the range starting at addr; 1 when there was one. */

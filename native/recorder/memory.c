@@ -680,5 +680,6 @@ void mn_memory_at_exit(void) {
   mn_line_u64(&l, "arena_live", R.arena_state > 0 ? R.dev.nlive : 0);
   mn_line_u64(&l, "pinned_top", R.host_state > 0 ? R.host.top - R.host.base : 0);
   mn_line_u64(&l, "foreign", R.nforeign);
+  mn_placed_log(&l); /* managed and registered host memory still live */
   mn_log_event(&l);
 }
