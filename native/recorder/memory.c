@@ -412,15 +412,20 @@ CUresult mn_cu_mem_alloc_async(const mn_ip_slot *s, CUdeviceptr *dptr, size_t by
 
 /* 1 when the host can access the pool's memory (a host-located pool, CUDA 12.2+): the arena's device
  * memory would not do. Drivers that cannot answer have device pools only. */
+static PFN_cuMemPoolGetAccess_v11020 pool_get_access;
+static void find_pool_get_access(void) {
+  pool_get_access = (PFN_cuMemPoolGetAccess_v11020)mn_ip_real("cuMemPoolGetAccess", 11020);
+}
+
 static int pool_host_accessible(CUmemoryPool pool) {
-  static PFN_cuMemPoolGetAccess_v11020 get_access;
-  static int looked;
-  if (!looked++) get_access = (PFN_cuMemPoolGetAccess_v11020)mn_ip_real("cuMemPoolGetAccess", 11020);
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, find_pool_get_access);
+  PFN_cuMemPoolGetAccess_v11020 get = pool_get_access;
   CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
   CUmemLocation host;
   memset(&host, 0, sizeof host);
   host.type = CU_MEM_LOCATION_TYPE_HOST;
-  return get_access && get_access(&flags, pool, &host) == CUDA_SUCCESS && flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return get && get(&flags, pool, &host) == CUDA_SUCCESS && flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
 }
 
 /* Pool allocations are served from the arena too (the pool's own properties are not kept), except from
