@@ -1,5 +1,6 @@
 """Helpers the tests import (conftest.py cannot be imported by name: tests/gpu has its own)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +8,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MNEME = [sys.executable, "-m", "mneme.cli"]
 FIXTURES = ROOT / "tests" / "fixtures"
+CUDA = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+#: how the CPU tests build their small C stand-ins (fake drivers, probes) against the CUDA headers
+CFLAGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{CUDA / 'include'}"]
+
+
+def cc(*args: str) -> None:
+    """Compiles with the system C compiler and CFLAGS; a failure shows the compiler's messages."""
+    p = subprocess.run(["cc", *CFLAGS, *args], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
 
 
 def run_mneme(*args, check=True, **kw) -> subprocess.CompletedProcess:

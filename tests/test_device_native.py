@@ -198,6 +198,17 @@ def test_host_regions_cover_pinned_blobs_by_whole_pages():
     assert host_regions([_B(0x153940000000, 64, 0)], page=4096) == []
 
 
+def test_managed_spans_cover_managed_blobs_by_whole_granules_and_nothing_else():
+    from mneme.device import managed_spans
+
+    g = 2 << 20
+    # two cudaMallocManaged ranges packed into one 2 MiB granule, one straddling a granule boundary, one far away
+    blobs = [_B(0x7F0000000200, 4096, 2), _B(0x7F0000000000, 512, 2), _B(0x7F00001FF000, 8192, 2),
+             _B(0x7F0010000000, 1, 2), _B(0x153940000000, 64, 0), _B(0x7000001000, 4096, 1)]
+    assert managed_spans(blobs, g) == [(0x7F0000000000, 2 * g), (0x7F0010000000, g)]
+    assert managed_spans([_B(0x153940000000, 64, 0), _B(0x7000001000, 64, 1)], g) == []
+
+
 def test_exact_plan_covers_every_blob_and_variable(tmp_path):
     from mneme.device import exact_plan
     from mneme.snapshot import Snapshot, Writer

@@ -15,15 +15,10 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from mnemetest import CUDA, cc
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "interpose"
-CUDA = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
-CFLAGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{CUDA / 'include'}"]
-
-
-def cc(*args: str) -> None:
-    p = subprocess.run(["cc", *CFLAGS, *args], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
 
 
 @pytest.fixture(scope="module")

@@ -258,7 +258,8 @@ class RawRun:
 
     def instance(self, name: str, args: bytes, params: List[Tuple[int, int]], masked: List[Tuple[int, int]],
                  before: bytes, after: bytes, grid=(1, 1, 1), block=(256, 1, 1), t_ns: int = 9000,
-                 foreign=None, tex=None, addr: int = BASE, recorder_time: Optional[Dict[str, int]] = None) -> int:
+                 foreign=None, tex=None, addr: int = BASE, recorder_time: Optional[Dict[str, int]] = None,
+                 extra: Optional[Dict[str, object]] = None) -> int:
         k, i = self.kid(name), self.n
         self.n += 1
         pro, epi = f"r0-p{self.pid}-i{i}.prologue", f"r0-p{self.pid}-i{i}.epilogue"
@@ -279,6 +280,7 @@ class RawRun:
         if tex:
             ev["tex"] = tex
         ev.update(recorder_time or {})
+        ev.update(extra or {})
         self.emit(**ev)
         return i
 
@@ -482,6 +484,49 @@ def test_pointers_into_unplaceable_memory_and_textures_make_a_kernel_not_replaya
     dbs = {RecordedExecution.from_json(p).kernel_name: RecordedExecution.from_json(p) for p in find_dbs(str(tmp_path / "db"))}
     assert not dbs[SCALE].replayable and "argument 0 points into managed memory" in dbs[SCALE].not_replayable_reason
     assert not dbs[TEXREAD].replayable and "texture" in dbs[TEXREAD].not_replayable_reason
+
+
+def test_managed_and_registered_host_memory_is_snapshotted_not_foreign(app, index, tmp_path):
+    """Pointers into managed memory and app-registered host memory no longer make a kernel unreplayable:
+    the recorder snapshots them and says so in the inst event; the DB keeps it per instance (schema v3)
+    and `mneme show` names it."""
+    from mneme.record.housekeeping import show
+    from mneme.record.schema import SCHEMA_VERSION
+
+    managed = 0x7F0000200000
+    run = RawRun(tmp_path / ".raw-1", app)
+    a1, params, masked = scale_args(managed, 256)
+    named = [[managed, 65536], [managed + 65536, 512]]
+    run.instance(SCALE, a1, params, masked, bytes(16), bytes(16),
+                 extra={"managed": named, "managed_n": 40, "managed_bytes": 1 << 20,
+                        "registered": [[0x55D000001010, 4000]], "registered_n": 1, "registered_bytes": 4000})
+    run.exit()
+    out = postprocess(run.raw, tmp_path / "db", index=index)
+    (s,) = out.kernels
+    assert s.replayable, s.reason
+    db = only_db(tmp_path / "db")
+    assert db.replayable and not db.not_replayable_reason
+    (dh,) = list(db)
+    mem = db.extra["InstanceAttributes"][dh]["SnapshottedMemory"]
+    assert mem["managed"]["Ranges"] == 40 and mem["managed"]["Bytes"] == 1 << 20, "totals cover every range"
+    assert mem["managed"]["Named"] == [{"Address": hex(managed), "Bytes": 65536},
+                                       {"Address": hex(managed + 65536), "Bytes": 512}]
+    assert mem["host_registered"] == {"Ranges": 1, "Bytes": 4000, "Named": [{"Address": "0x55d000001010", "Bytes": 4000}]}
+    assert json.loads(Path(db.path).read_text())["SchemaVersion"] == SCHEMA_VERSION == 3
+    text = show([str(tmp_path / "db")])
+    assert "(+ managed memory 1.0 MiB in 40 range(s), registered host memory 3.9 KiB in 1 range(s))" in text, text
+    assert "NOT replayable" not in text
+
+
+def test_a_registered_range_the_device_sees_elsewhere_is_still_reported(app, index, tmp_path):
+    run = RawRun(tmp_path / ".raw-1", app)
+    a1, params, masked = scale_args(0x55D000001010, 256)
+    run.instance(SCALE, a1, params, masked, bytes(16), bytes(16), foreign=[[0, 1]])
+    run.exit()
+    postprocess(run.raw, tmp_path / "db", index=index)
+    db = only_db(tmp_path / "db")
+    assert not db.replayable and "argument 0 points into host memory the app registered itself" in db.not_replayable_reason
+    assert "sees at another address" in db.not_replayable_reason
 
 
 def test_merging_refuses_another_arena_base(app, index, tmp_path):

@@ -1,6 +1,7 @@
 """The record-DB schema (mneme/record/schema.py) against the committed fixtures: each reads (schema 1, through
-the migration), writes back as schema 2 with the SHA-256 of every file it owns, and that validates; each kind
-of violation is refused in one line naming the file and the field path."""
+the migration), writes back as the current schema (3) with the SHA-256 of every file it owns, and that
+validates; version 2 stays readable; each kind of violation is refused in one line naming the file and the
+field path."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def test_every_fixture_validates_and_migrates_to_the_current_version(path, tmp_p
     db = RecordedExecution.from_json(str(copy_dir / Path(path).name))
     db.to_json()
     written = json.loads((copy_dir / Path(path).name).read_text())
-    assert written["SchemaVersion"] == SCHEMA_VERSION == 2
+    assert written["SchemaVersion"] == SCHEMA_VERSION == 3
     current = RecordDB.model_validate(written)  # the current model, no migration
     for rel, digest in zip(current.Modules, current.ModuleSha256):
         assert integrity.sha256(str(copy_dir / rel)) == digest
@@ -42,7 +43,7 @@ def test_every_fixture_validates_and_migrates_to_the_current_version(path, tmp_p
         assert integrity.sha256(str(copy_dir / inst.Prologue)) == inst.PrologueSha256
         assert integrity.sha256(str(copy_dir / inst.Epilogue)) == inst.EpilogueSha256
     again = RecordedExecution.from_json(str(copy_dir / Path(path).name))
-    assert again.schema_version == 2 and sorted(again) == sorted(db)
+    assert again.schema_version == 3 and sorted(again) == sorted(db)
     # nothing the schema does not name is lost on the way
     assert {k for k in data if k != "SchemaVersion"} <= set(written)
 
@@ -69,6 +70,47 @@ CASES = [
     (lambda d: d["instances"][DH].update(Occurrences=0), f"instances.{DH}.Occurrences", "greater than or equal to 1"),
     (lambda d: d.update(instances={"nothex": d["instances"][DH]}), "instances.nothex", "matching"),
 ]
+
+
+def _attrs(d: dict) -> dict:
+    return d.setdefault("InstanceAttributes", {}).setdefault(DH, {})
+
+
+#: version 3's SnapshottedMemory: strict too
+CASES += [
+    (lambda d: _attrs(d).update(SnapshottedMemory={"texture": {"Ranges": 1, "Bytes": 4}}),
+     f"InstanceAttributes.{DH}.SnapshottedMemory.texture", "'managed' or 'host_registered'"),
+    (lambda d: _attrs(d).update(SnapshottedMemory={"managed": {"Ranges": -1, "Bytes": 4}}),
+     f"InstanceAttributes.{DH}.SnapshottedMemory.managed.Ranges", "greater than or equal to 0"),
+    (lambda d: _attrs(d).update(SnapshottedMemory={"managed": {"Ranges": 1, "Bytes": 4,
+                                                               "Named": [{"Address": 4096, "Bytes": 4}]}}),
+     f"InstanceAttributes.{DH}.SnapshottedMemory.managed.Named.0.Address", "string"),
+]
+
+
+def _current(data: dict) -> dict:
+    """A fixture as the current version (its hashes are not checked by validate)."""
+    d = copy.deepcopy(data)
+    d["SchemaVersion"] = SCHEMA_VERSION
+    d["ModuleSha256"] = ["0" * 64] * len(d["Modules"])
+    for inst in d["instances"].values():
+        inst["PrologueSha256"] = inst["EpilogueSha256"] = "0" * 64
+    return d
+
+
+def test_version_2_reads_and_version_3_keeps_snapshotted_memory():
+    v3 = _current(_one(VECADD))
+    _attrs(v3)["SnapshottedMemory"] = {"managed": {"Ranges": 2, "Bytes": 4096,
+                                                   "Named": [{"Address": "0x7f0000200000", "Bytes": 4096}]}}
+    m = validate(v3, "v3.json")
+    assert m.SchemaVersion == 3 and m.InstanceAttributes[DH].SnapshottedMemory["managed"].Named[0].Bytes == 4096
+    v2 = copy.deepcopy(v3)
+    v2["SchemaVersion"] = 2
+    del v2["InstanceAttributes"][DH]["SnapshottedMemory"]
+    assert validate(v2, "v2.json").SchemaVersion == 2
+    v4 = dict(v3, SchemaVersion=4)
+    with pytest.raises(Exception, match=r"version 4 is not supported \(this mneme reads versions 1, 2, 3\)"):
+        validate(v4, "v4.json")
 
 
 @pytest.mark.parametrize("change,field,says", CASES, ids=[c[1] + ":" + c[2] for c in CASES])

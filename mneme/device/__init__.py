@@ -24,10 +24,12 @@ from mneme.device.memory import (
     HostRegion,
     ReplayState,
     VerifyReport,
+    arena_granularity,
     compare_on_device,
     exact_plan,
     host_regions,
     load_compare_kernels,
+    managed_spans,
     read,
     write,
     fill,
@@ -37,7 +39,7 @@ from mneme.device.module import DeviceFunction, DeviceModule, FunctionAttributes
 __all__ = [
     "AddressNotGranted", "Arena", "BufferCheck", "BufferResult", "CudaError", "Device", "DeviceAllocation",
     "DeviceFunction", "DeviceInfo", "DeviceModule", "DeviceTimeout", "FunctionAttributes", "GPU_COMPARE_MIN_BYTES",
-    "HostRegion", "KernelArgs", "ReplayState", "VerifyReport", "compare_on_device", "device_info", "exact_plan",
-    "fill", "get_device", "get_device_arch", "get_device_count", "host_regions", "load_compare_kernels", "read",
+    "HostRegion", "KernelArgs", "ReplayState", "VerifyReport", "arena_granularity", "compare_on_device", "device_info", "exact_plan",
+    "fill", "get_device", "get_device_arch", "get_device_count", "host_regions", "load_compare_kernels", "managed_spans", "read",
     "set_device", "write",
 ]

@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from mneme.device.driver import Device, get_device
-from mneme.device.errors import CudaError, check, lib
+from mneme.device.errors import AddressNotGranted, CudaError, check, lib
 from mneme.errors import DeviceError
 from mneme.snapshot import NORMS, Check, CompareResult, Snapshot, Space, _bytes_arg, elem_code
 
@@ -113,11 +113,31 @@ class HostRegion(_Native):
         return f"HostRegion(0x{self.addr:x}, {self.size})"
 
 
+def arena_granularity(device: Optional[Device] = None) -> int:
+    """The granularity arenas are reserved in: their addresses and sizes are multiples of it."""
+    if device is None:
+        get_device()  # opens the device: the granularity is the device's
+    ffi, native = lib()
+    out = ffi.new("uint64_t *")
+    check(native.mnc_arena_granularity(out))
+    return int(out[0])
+
+
 def host_regions(blobs: Iterable[Any], page: Optional[int] = None) -> List[Tuple[int, int]]:
-    """Page-aligned (addr, size) regions covering every pinned-host blob, touching pages merged."""
-    page = page or os.sysconf("SC_PAGESIZE")
-    spans = sorted((b.addr // page * page, -(-(b.addr + max(b.size, 1)) // page) * page)
-                   for b in blobs if Space(b.space) == Space.HOST_PINNED)
+    """Page-aligned (addr, size) regions covering every pinned-host blob, touching pages merged: the
+    recorder's pinned region and host memory the app registered itself (cudaHostRegister)."""
+    return _cover(blobs, Space.HOST_PINNED, page or os.sysconf("SC_PAGESIZE"))
+
+
+def managed_spans(blobs: Iterable[Any], granularity: int) -> List[Tuple[int, int]]:
+    """Granularity-aligned (addr, size) spans covering every managed-memory blob, touching spans merged:
+    where replay reserves device memory at the recorded addresses (the app's cudaMallocManaged ranges)."""
+    return _cover(blobs, Space.MANAGED, granularity)
+
+
+def _cover(blobs: Iterable[Any], space: Space, unit: int) -> List[Tuple[int, int]]:
+    spans = sorted((b.addr // unit * unit, -(-(b.addr + max(b.size, 1)) // unit) * unit)
+                   for b in blobs if Space(b.space) == space)
     out: List[List[int]] = []
     for lo, hi in spans:
         if out and lo <= out[-1][1]:
@@ -125,6 +145,26 @@ def host_regions(blobs: Iterable[Any], page: Optional[int] = None) -> List[Tuple
         else:
             out.append([lo, hi])
     return [(lo, hi - lo) for lo, hi in out]
+
+
+def _managed_arenas(device: Device, prologue: Any) -> List[Arena]:
+    """Device memory at the recorded addresses of the prologue's managed-memory blobs."""
+    if not any(Space(b.space) == Space.MANAGED for b in prologue.blobs):
+        return []
+    out: List[Arena] = []
+    try:
+        for addr, size in managed_spans(prologue.blobs, arena_granularity(device)):
+            try:
+                out.append(Arena(device, addr, size))
+            except AddressNotGranted as e:
+                raise AddressNotGranted(
+                    f"{prologue.path}: the app's managed memory (cudaMallocManaged) at 0x{addr:x} ({size} bytes) "
+                    f"cannot be placed at its recorded address in this process: {e}") from None
+    except BaseException:
+        for a in out:
+            a.close()
+        raise
+    return out
 
 
 #: one check of a verification plan: the very class the CPU side plans with
@@ -226,9 +266,11 @@ def load_compare_kernels() -> bool:
 class ReplayState(_Native):
     """A prologue loaded at its recorded addresses, ready for runs, resets and verification.
 
-    The device blobs must lie in an `Arena`; pinned-host blobs get `HostRegion`s here (the regions
-    given, else pages around the blobs). The prologue snapshot must stay open while the state lives:
-    the state borrows its bytes for `reset_all`."""
+    The device blobs must lie in an `Arena`; managed-memory blobs (the app's cudaMallocManaged ranges)
+    get arenas of device memory here, at their recorded addresses (`managed` holds them), so that
+    pointers to them in arguments and in memory stay valid; pinned-host blobs get `HostRegion`s here
+    (the regions given, else pages around the blobs). The prologue snapshot must stay open while the
+    state lives: the state borrows its bytes for `reset_all`."""
 
     def __init__(self, device: Optional[Device], prologue: Any,
                  regions: Optional[Sequence[Tuple[Address, int]]] = None) -> None:
@@ -238,23 +280,27 @@ class ReplayState(_Native):
         ptr = _snapshot_ptr(self.prologue)
         wanted = regions if regions is not None else host_regions(self.prologue.blobs)
         self.regions: List[HostRegion] = []
+        self.managed: List[Arena] = []
         try:
+            self.managed = _managed_arenas(device, self.prologue)
             self.regions = [HostRegion(device, a, n) for a, n in wanted]
             ffi, native = lib()
             out = ffi.new("mnc_state **")
             check(native.mnc_state_load(ptr, out))
         except BaseException:
-            for r in self.regions:
-                r.close()
+            self._close_placed()
             raise
         super().__init__(out[0], native.mnc_state_free)
+
+    def _close_placed(self) -> None:
+        for r in [*self.regions, *self.managed]:
+            r.close()
 
     def _release(self, h: Any) -> None:
         try:
             super()._release(h)
         finally:
-            for r in self.regions:
-                r.close()
+            self._close_placed()
 
     def _live(self) -> Any:
         h = self._handle()

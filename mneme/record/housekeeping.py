@@ -48,6 +48,19 @@ def _fmt_time(ns) -> str:
     return f"{ns / 1000:.1f} us" if ns < 1e6 else f"{ns / 1e6:.2f} ms"
 
 
+#: SnapshottedMemory kinds (mneme/record/rawlog.py SNAPSHOTTED) as `mneme show` names them
+_OUTSIDE = {"managed": "managed memory", "host_registered": "registered host memory"}
+
+
+def _outside_arena(attrs: dict) -> str:
+    """`  (+ managed memory 64.0 KiB in 1 range)` for an instance whose snapshots hold memory outside the arena."""
+    mem = attrs.get("SnapshottedMemory") or {}
+    kinds = [k for k in _OUTSIDE if k in mem] + sorted(set(mem) - set(_OUTSIDE))
+    parts = [f"{_OUTSIDE.get(k, k)} {_fmt_bytes(mem[k].get('Bytes', 0))} in {mem[k].get('Ranges', 0)} range(s)"
+             for k in kinds]
+    return f"  (+ {', '.join(parts)})" if parts else ""
+
+
 def _missing(db: RecordedExecution) -> List[str]:
     return [f for f in owned_files(db) if not Path(f).is_file()]
 
@@ -82,11 +95,13 @@ def show(paths: List[str], problems: Optional[List[str]] = None) -> str:
         )
         lines.append(f"    db: {db.path}")
         ranked = sorted(db.items(), key=lambda kv: (kv[1].in_app_time_ns or 0) * kv[1].occ, reverse=True)
+        attrs = db.extra.get("InstanceAttributes") or {}
         for dhash, inst in ranked:
             snap = _size(inst.prologue_fn) + _size(inst.epilogue_fn)
             lines.append(
                 f"    {dhash[:16]}  grid {inst.grid_dim} block {inst.block_dim} shmem {inst.shared_mem}  "
                 f"x{inst.occ}  median {_fmt_time(inst.in_app_time_ns)}  snapshots {_fmt_bytes(snap)}"
+                f"{_outside_arena(attrs.get(dhash) or {})}"
             )
     return "\n".join(lines)
 

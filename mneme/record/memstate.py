@@ -6,10 +6,10 @@ context manager. An epilogue stored as diffs needs its prologue (`prologue_fn`) 
 
 What "verified" means — the CPU side here and the GPU core (native/core) implement exactly this:
 
-1. The state is every blob (arena and pinned-host allocations, by recorded address) and every
-   `__device__`/`__constant__` variable (by name). Expected and actual must hold the same blobs with the
-   same sizes and the same variables with the same sizes; a missing, extra or resized one is a
-   difference.
+1. The state is every blob (arena, pinned-host, managed and app-registered host memory, by recorded
+   address) and every `__device__`/`__constant__` variable (by name). Expected and actual must hold the
+   same blobs with the same sizes and the same variables with the same sizes; a missing, extra or
+   resized one is a difference.
 2. `verification_plan(expected)` cuts every blob and variable into checks. A part covered by an
    annotation that the app recorded (mneme/tolerance.h) is compared with that annotation's element
    type, norm and tolerance (mode "abs" -> atol = tol, rtol = 0; "rel" -> atol = 0, rtol = tol).

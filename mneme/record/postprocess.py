@@ -4,7 +4,9 @@ hash), merged into what the directory already holds.
 
 Decisions made here, not in the recorder: the official hashes (hashing.py), which kernels have IR, and
 whether a kernel can be replayed (IR present; no texture/surface objects; no pointers into memory
-replay cannot place; at least one recordable launch).
+replay cannot place; at least one recordable launch). Managed memory and host memory the app registered
+itself are not in the arena but are snapshotted by contents (rawlog.SNAPSHOTTED), so replay places them;
+each instance's `SnapshottedMemory` attribute says how much of it there was.
 """
 
 from __future__ import annotations
@@ -135,6 +137,21 @@ def _param_of(inst: RawInstance, offset: int) -> int:
         if off <= offset < off + size:
             return i
     return -1
+
+
+def snapshotted_memory(raw: RawInstance) -> Dict[str, Dict[str, object]]:
+    """The DB's `SnapshottedMemory` of an instance: per kind (managed, host_registered) how many ranges
+    and bytes outside the arena its snapshots hold, and the ranges the recorder named."""
+    out: Dict[str, Dict[str, object]] = {}
+    for r in raw.snapshotted:
+        k = out.setdefault(r.kind, {"Ranges": 0, "Bytes": 0, "Named": []})
+        k["Named"].append({"Address": hex(r.addr), "Bytes": r.size})
+        k["Ranges"] += 1
+        k["Bytes"] += r.size
+    for kind, (n, nbytes) in raw.snapshotted_totals.items():
+        k = out.setdefault(kind, {"Ranges": 0, "Bytes": 0, "Named": []})
+        k["Ranges"], k["Bytes"] = n, nbytes
+    return out
 
 
 def _provenance_entry(log: ProcessLog) -> Dict[str, object]:
@@ -320,6 +337,8 @@ class _Writer:
                 a["RecorderTime"] = dict(raw.recorder_time)
             if raw.limits:
                 a["ContextLimits"] = dict(raw.limits)
+            if raw.snapshotted or raw.snapshotted_totals:
+                a["SnapshottedMemory"] = snapshotted_memory(raw)
             attrs[dh] = a
             new += 1
         return insts, attrs, new

@@ -34,11 +34,30 @@ SKIP_TEXT = {
     "skipped": "within --skip",
 }
 FOREIGN_TEXT = {
-    0: "managed memory (cudaMallocManaged), which replay cannot place at the recorded address",
-    1: "host memory the app registered itself (cudaHostRegister), which replay cannot place",
+    # managed memory is snapshotted (SNAPSHOTTED); a recorder logs kind 0 only when its table ran out of memory
+    0: "managed memory (cudaMallocManaged) the recorder could not keep track of (out of host memory)",
+    1: "host memory the app registered itself (cudaHostRegister) that the device sees at another address, "
+       "or I/O memory, which replay cannot place",
     2: "pinned host memory outside the recorder's fixed region",
     3: "device memory outside the recorder's arena (another device, or the arena was full: record again with a larger --va-size)",
 }
+
+#: memory outside the arena whose contents every snapshot holds, so replay places it at the recorded
+#: addresses: raw-log field of the "inst" event -> (the DB's kind name, what it is)
+SNAPSHOTTED = {
+    "managed": ("managed", "managed memory (cudaMallocManaged): device memory at the recorded addresses in replay"),
+    "registered": ("host_registered", "host memory the app registered (cudaHostRegister): mapped at the recorded "
+                                      "host addresses in replay"),
+}
+
+
+@dataclass
+class SnapshottedRange:
+    """A range of memory outside the arena that the instance's snapshots hold by contents."""
+
+    kind: str      # a SNAPSHOTTED kind name
+    addr: int
+    size: int
 
 
 #: the recorder's time split per recorded instance: raw-log field -> name in the DB's InstanceAttributes
@@ -74,6 +93,10 @@ class RawInstance:
     blob_bytes: int = 0
     #: the recorder's own time for this instance (ns; copy_bytes in bytes), see RECORDER_TIME
     recorder_time: Dict[str, int] = field(default_factory=dict)
+    #: live managed / app-registered ranges snapshotted with it (the recorder names at most 32 per kind)
+    snapshotted: List[SnapshottedRange] = field(default_factory=list)
+    #: per SNAPSHOTTED kind name: (ranges, bytes) over all of them
+    snapshotted_totals: Dict[str, List[int]] = field(default_factory=dict)
     #: the context's limits at the launch (mneme.config.CONTEXT_LIMITS names): heap size, pending launches ...
     limits: Dict[str, int] = field(default_factory=dict)
 
@@ -191,6 +214,10 @@ def _apply(log: ProcessLog, ev: Dict[str, Any]) -> None:
             # timed reruns of the app's kernel on the prologue (MNEME_RETIME), warm where t_ns may be cold
             samples=[int(t) for t in ev.get("rt", [])],
             recorder_time={name: int(ev[f]) for f, name in RECORDER_TIME.items() if f in ev},
+            snapshotted=[SnapshottedRange(SNAPSHOTTED[f][0], int(a), int(n))
+                         for f in SNAPSHOTTED for a, n in ev.get(f, [])],
+            snapshotted_totals={SNAPSHOTTED[f][0]: [int(ev[f + "_n"]), int(ev[f + "_bytes"])]
+                                for f in SNAPSHOTTED if f + "_n" in ev},
             limits=_limits(ev.get("limits", [])),
         )
     elif kind == "occ":

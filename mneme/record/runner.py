@@ -199,7 +199,10 @@ class Progress(threading.Thread):
             name = self.demangle(self._names.get((path, ev["k"]), "?"))
             grid, block = tuple(ev["grid"]), tuple(ev["block"])
             kib = (ev.get("pro_bytes", 0) + ev.get("epi_bytes", 0)) / 1024
-            print(f"mneme record: recorded {name} grid={grid} block={block} ({kib:.0f} KiB of snapshots)",
+            outside = "".join(f", {ev[f + '_bytes'] / 1024:.0f} KiB of {what} in it"
+                              for f, what in (("managed", "managed memory"), ("registered", "registered host memory"))
+                              if ev.get(f + "_bytes"))
+            print(f"mneme record: recorded {name} grid={grid} block={block} ({kib:.0f} KiB of snapshots{outside})",
                   file=self.out, flush=True)
         elif kind == "unsupported":
             name = self.demangle(self._names.get((path, ev["k"]), "?"))

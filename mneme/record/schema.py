@@ -1,8 +1,11 @@
 """The record-DB schema: what a `<static-hash>.json` file may hold, checked with pydantic (v2, strict).
 
-One schema, versioned. Version 2 (written by this mneme) adds the SHA-256 of every file a DB owns
-(`ModuleSha256`, one per `Modules` entry; `PrologueSha256`/`EpilogueSha256` per instance), so readers
-check the bytes before LLVM or the snapshot reader sees them. Version 1 DBs (no hashes) are read through
+One schema, versioned. Version 2 added the SHA-256 of every file a DB owns (`ModuleSha256`, one per
+`Modules` entry; `PrologueSha256`/`EpilogueSha256` per instance), so readers check the bytes before LLVM
+or the snapshot reader sees them. Version 3 (written by this mneme) adds `SnapshottedMemory` to the
+instance attributes: memory outside the arena (managed, app-registered host memory) that the snapshots
+hold by contents and replay must place at the recorded addresses, which a version-2 reader cannot do.
+Version 2 DBs (no such memory) read as they are; version 1 DBs (no hashes) are read through
 `migrate_v1`; their files are checked in other ways (see mneme/record/integrity.py). docs/RECORD_DB.md
 describes every field.
 
@@ -17,12 +20,13 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: versions this mneme reads (older ones through a migration)
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Hash64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+HexAddress = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{1,16}$")]
 DynamicHash = Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]
 HexBytes = Annotated[str, Field(pattern=r"^(?:[0-9a-f]{2})*$")]
 RelPath = Annotated[str, Field(min_length=1)]
@@ -62,6 +66,20 @@ class Instance(_Open):
     InAppTimesNs: List[TimeNs] = []
 
 
+class SnapshottedRange(_Strict):
+    Address: HexAddress
+    Bytes: Count
+
+
+class SnapshottedKind(_Strict):
+    """One kind of memory outside the arena held by an instance's snapshots (all of its ranges)."""
+
+    Ranges: Count
+    Bytes: Count
+    #: the ranges the recorder named (the first 32), address order
+    Named: List[SnapshottedRange] = []
+
+
 class LaunchAttributes(_Open):
     Api: str = ""
     MaskedBytes: List[Annotated[List[Count], Field(min_length=2, max_length=2)]] = []  # [offset, length]
@@ -73,12 +91,13 @@ class LaunchAttributes(_Open):
     Cooperative: bool = False
     #: the context's limits at the launch (mneme.config.CONTEXT_LIMITS names), set again by replay
     ContextLimits: Dict[str, Count] = {}
+    SnapshottedMemory: Dict[Literal["managed", "host_registered"], SnapshottedKind] = {}
 
 
 class RecordDB(_Open):
     """A record DB of the current version."""
 
-    SchemaVersion: Literal[2]
+    SchemaVersion: Literal[3]
     StaticHash: Hash64
     KernelName: Annotated[str, Field(min_length=1)]
     DemangledName: str = ""
@@ -88,7 +107,7 @@ class RecordDB(_Open):
     ArgNames: List[str]
     ArgKinds: List[str] = []
     Specializations: List[bool]
-    VAddr: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{1,16}$")]
+    VAddr: HexAddress
     VASize: Count
     Replayable: bool = True
     NotReplayableReason: str = ""
@@ -122,6 +141,12 @@ class RecordDB(_Open):
         return self
 
 
+class RecordDBV2(RecordDB):
+    """Version 2: as version 3 without memory outside the arena (no `SnapshottedMemory`)."""
+
+    SchemaVersion: Literal[2]
+
+
 class InstanceV1(Instance):
     PrologueSha256: Optional[Sha256] = None
     EpilogueSha256: Optional[Sha256] = None
@@ -135,7 +160,7 @@ class RecordDBV1(RecordDB):
     instances: Dict[DynamicHash, InstanceV1]
 
 
-MODELS = {1: RecordDBV1, 2: RecordDB}
+MODELS = {1: RecordDBV1, 2: RecordDBV2, 3: RecordDB}
 
 
 def _path(loc: Tuple[Any, ...]) -> str:
@@ -162,7 +187,7 @@ def violations(fn: str, exc: ValidationError, limit: int = 20) -> List[str]:
     """One line per violation: `FILE: field.path: what was expected, got what`."""
     lines = []
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if p != "function-after[_consistent(), RecordDB]")
+        loc = tuple(p for p in err["loc"] if not str(p).startswith("function-after[_consistent()"))
         what = _expected(err)
         for part in what.split("\n"):
             lines.append(f"{fn}: {part}" if err["type"] == "value_error" else f"{fn}: {_path(loc)}: {part}")

@@ -133,19 +133,41 @@ static int arena_release(struct mnc_arena *a, int mapped, int reserved) {
   return s;
 }
 
+static void arena_prop(CUmemAllocationProp *prop) {
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = mnc_g.dev;
+}
+
+static int granularity(size_t *gran) {
+  CUmemAllocationProp prop;
+  arena_prop(&prop);
+  *gran = 0;
+  MNC_CU(mnc_cu.cuMemGetAllocationGranularity(gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+         "cuMemGetAllocationGranularity");
+  if (!*gran) *gran = 2u << 20;
+  return 0;
+}
+
+int mnc_arena_granularity(uint64_t *out) {
+  mnc_lock();
+  size_t gran = 0;
+  int s = mnc_enter();
+  if (!s) s = granularity(&gran);
+  *out = gran;
+  mnc_unlock();
+  return s;
+}
+
 static int arena_create(uint64_t vaddr, uint64_t vasize, mnc_arena **out) {
   *out = NULL;
   MNC_TRY(mnc_enter());
   if (!vasize) return mnc_fail(MNC_E_INVALID, "arena size is 0 (the record DB's VASize)");
   CUmemAllocationProp prop;
-  memset(&prop, 0, sizeof prop);
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = mnc_g.dev;
+  arena_prop(&prop);
   size_t gran = 0;
-  MNC_CU(mnc_cu.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-         "cuMemGetAllocationGranularity");
-  if (!gran) gran = 2u << 20;
+  MNC_TRY(granularity(&gran));
   if (vaddr % gran)
     return mnc_fail(MNC_E_NOT_GRANTED, "arena address 0x%llx is not a multiple of the allocation granularity %zu",
                     (unsigned long long)vaddr, gran);

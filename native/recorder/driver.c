@@ -1,6 +1,6 @@
 /* The driver entry points librecord wraps: its native/interpose table. Each wrapper is bound to a slot
  * (the real entry point and its stream variant) and calls the mn_cu_* function that does the work
- * (memory.c, recorder.c, launch.c). An entry's versions are those whose prototype it has
+ * (memory.c, managed.c, recorder.c, launch.c). An entry's versions are those whose prototype it has
  * (tests/test_interpose.py checks them against cudaTypedefs.h); requests outside them are handed out
  * unwrapped and logged as a warning naming the entry point. Older ABIs with the same parameters share the
  * mn_cu_* function (it calls the slot's real pointer, which is the older entry point). */

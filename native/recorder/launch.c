@@ -428,9 +428,15 @@ static int read_blob(const blob *b, uint8_t *dst) {
 }
 
 static int collect_blobs(snapshot_set *s) {
-  size_t n = (R.arena_state > 0 ? R.dev.nlive : 0) + (R.host_state > 0 ? R.host.nlive : 0);
+  size_t n = (R.arena_state > 0 ? R.dev.nlive : 0) + (R.host_state > 0 ? R.host.nlive : 0) + mn_placed_count();
   s->blobs = calloc(n ? n : 1, sizeof *s->blobs);
   if (!s->blobs) return -1;
+  for (size_t i = 0; i < mn_placed_count(); i++) { /* managed and app-registered host memory (managed.c) */
+    blob *b = &s->blobs[s->nblobs++];
+    b->addr = mn_placed_at(i)->addr;
+    b->size = mn_placed_at(i)->size;
+    b->space = mn_placed_at(i)->space;
+  }
   for (size_t i = 0; R.arena_state > 0 && i < R.dev.nlive; i++) {
     blob *b = &s->blobs[s->nblobs++];
     b->addr = R.dev.live[i].addr;
@@ -655,6 +661,7 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
     mn_line_str(&l, "ptr_src", a->from_ir ? "ir" : "value");
     if (a->nforeign) mn_line_pairs(&l, "foreign", a->foff, fk, a->nforeign);
     if (a->ntex) mn_line_u64s(&l, "tex", a->toff, a->ntex);
+    mn_placed_log(&l);
     mn_line_str(&l, "pro", pro);
     mn_line_str(&l, "epi", epi);
     mn_line_u64(&l, "t_ns", t_ns);

@@ -3,9 +3,10 @@
  * pinned host allocations come from a fixed-address host region registered with CUDA. Replay places
  * both at the same addresses, so pointers inside the recorded data stay valid.
  *
- * Memory the recorder cannot place (managed memory, host memory the app registers itself, allocations
- * on another device or after the arena filled up) is remembered, so launches that receive pointers into
- * it are marked not replayable.
+ * Managed memory and host memory the app registers itself are snapshotted by contents instead
+ * (managed.c). Memory the recorder cannot place at all (allocations on another device or after the
+ * arena filled up, pinned memory outside the region) is remembered, so launches that receive pointers
+ * into it are marked not replayable.
  *
  * All of it at the driver API (cuMemAlloc_v2 & co., wrapped through native/interpose): the runtime's
  * cudaMalloc, cudaMallocPitch, cudaMalloc3D, cudaMallocAsync, cudaMallocHost... arrive here whether it
@@ -231,8 +232,11 @@ const mn_gvar *mn_var_containing(uint64_t addr) {
 
 int mn_is_recorded_memory(uint64_t addr) {
   return (R.arena_state > 0 && mn_arena_contains(&R.dev, addr)) ||
-         (R.host_state > 0 && mn_arena_contains(&R.host, addr));
+         (R.host_state > 0 && mn_arena_contains(&R.host, addr)) || mn_placed_find(addr);
 }
+
+void mn_foreign_note(uint64_t addr, uint64_t size, int kind) { foreign_add(addr, size, kind); }
+void mn_foreign_forget(uint64_t addr) { foreign_del(addr); }
 
 static void annots_drop(uint64_t addr, uint64_t size) {
   for (size_t i = 0; i < R.nannots;) {
@@ -381,7 +385,7 @@ CUresult mn_cu_mem_free(const mn_ip_slot *s, CUdeviceptr dptr) {
     CUresult r = ((PFN_cuMemFree_v3020)s->real)(dptr);
     if (r == CUDA_SUCCESS && R.active && a) {
       pthread_mutex_lock(&R.mu);
-      foreign_del(a);
+      if (!mn_placed_del(a)) foreign_del(a); /* managed memory is freed with cuMemFree too */
       pthread_mutex_unlock(&R.mu);
     }
     return r;
@@ -410,10 +414,38 @@ CUresult mn_cu_mem_alloc_async(const mn_ip_slot *s, CUdeviceptr *dptr, size_t by
   return serve(s, dptr, bytesize, fb_alloc_async, &c);
 }
 
-/* Pool allocations are served from the arena too (the pool's own properties are not kept). */
+/* 1 when the host can access the pool's memory (a host-located pool, CUDA 12.2+): the arena's device
+ * memory would not do. Drivers that cannot answer have device pools only. */
+static PFN_cuMemPoolGetAccess_v11020 pool_get_access;
+static void find_pool_get_access(void) {
+  pool_get_access = (PFN_cuMemPoolGetAccess_v11020)mn_ip_real("cuMemPoolGetAccess", 11020);
+}
+
+static int pool_host_accessible(CUmemoryPool pool) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, find_pool_get_access);
+  PFN_cuMemPoolGetAccess_v11020 get = pool_get_access;
+  CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  CUmemLocation host;
+  memset(&host, 0, sizeof host);
+  host.type = CU_MEM_LOCATION_TYPE_HOST;
+  return get && get(&flags, pool, &host) == CUDA_SUCCESS && flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
+}
+
+/* Pool allocations are served from the arena too (the pool's own properties are not kept), except from
+ * pools of host memory, which stay the driver's (foreign: pinned memory outside the region). */
 CUresult mn_cu_mem_alloc_from_pool_async(const mn_ip_slot *s, CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                          CUstream hStream) {
   struct async_ctx c = {hStream, pool};
+  if (R.active && !R.broken && dptr && bytesize && pool_host_accessible(pool)) {
+    CUresult r = fb_alloc_async(s, dptr, bytesize, &c);
+    if (r == CUDA_SUCCESS) {
+      pthread_mutex_lock(&R.mu);
+      foreign_add((uint64_t)*dptr, bytesize, MN_FOREIGN_PINNED_OUTSIDE);
+      pthread_mutex_unlock(&R.mu);
+    }
+    return r;
+  }
   return serve(s, dptr, bytesize, fb_alloc_async, &c);
 }
 
@@ -425,8 +457,15 @@ static int stream_capturing(CUstream s) {
 
 CUresult mn_cu_mem_free_async(const mn_ip_slot *slot, CUdeviceptr dptr, CUstream hStream) {
   uint64_t a = (uint64_t)dptr;
-  if (!R.active || R.broken || !a || R.arena_state <= 0 || !mn_arena_contains(&R.dev, a))
-    return ((PFN_cuMemFreeAsync_v11020)slot->real)(dptr, hStream);
+  if (!R.active || R.broken || !a || R.arena_state <= 0 || !mn_arena_contains(&R.dev, a)) {
+    CUresult r = ((PFN_cuMemFreeAsync_v11020)slot->real)(dptr, hStream);
+    if (r == CUDA_SUCCESS && R.active && a) { /* e.g. from a pool of host memory */
+      pthread_mutex_lock(&R.mu);
+      foreign_del(a);
+      pthread_mutex_unlock(&R.mu);
+    }
+    return r;
+  }
   CUstream s = mn_ip_stream(slot, hStream);
   if (__atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) > 0 || stream_capturing(s)) {
     /* A graph would free it on every replay: keep it allocated instead. */
@@ -484,16 +523,6 @@ CUresult mn_cu_mem_alloc_pitch(const mn_ip_slot *s, CUdeviceptr *dptr, size_t *p
   *pPitch = (size_t)p;
   CUresult r = serve(s, dptr, (size_t)(p * height), fb_pitch, &c);
   if (r != CUDA_SUCCESS) *pPitch = keep;
-  return r;
-}
-
-CUresult mn_cu_mem_alloc_managed(const mn_ip_slot *s, CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
-  CUresult r = ((PFN_cuMemAllocManaged_v6000)s->real)(dptr, bytesize, flags);
-  if (r == CUDA_SUCCESS && R.active && dptr) {
-    pthread_mutex_lock(&R.mu);
-    foreign_add((uint64_t)*dptr, bytesize, MN_FOREIGN_MANAGED);
-    pthread_mutex_unlock(&R.mu);
-  }
   return r;
 }
 
@@ -593,26 +622,6 @@ CUresult mn_cu_mem_free_host(const mn_ip_slot *s, void *p) {
   return CUDA_SUCCESS;
 }
 
-CUresult mn_cu_mem_host_register(const mn_ip_slot *s, void *p, size_t bytesize, unsigned int flags) {
-  CUresult r = ((PFN_cuMemHostRegister_v6050)s->real)(p, bytesize, flags);
-  if (r == CUDA_SUCCESS && R.active) {
-    pthread_mutex_lock(&R.mu);
-    foreign_add((uint64_t)(uintptr_t)p, bytesize, MN_FOREIGN_HOST_REGISTERED);
-    pthread_mutex_unlock(&R.mu);
-  }
-  return r;
-}
-
-CUresult mn_cu_mem_host_unregister(const mn_ip_slot *s, void *p) {
-  CUresult r = ((PFN_cuMemHostUnregister_v4000)s->real)(p);
-  if (r == CUDA_SUCCESS && R.active) {
-    pthread_mutex_lock(&R.mu);
-    foreign_del((uint64_t)(uintptr_t)p);
-    pthread_mutex_unlock(&R.mu);
-  }
-  return r;
-}
-
 /* ---------------------------------------------------------------------------------------------- */
 /* tolerance annotations (mneme/tolerance.h finds this with dlsym)                                */
 
@@ -628,7 +637,9 @@ MN_EXPORT int mneme_recorder_annotate(const void *dev_ptr, size_t bytes, int ele
   mn_drain_deferred_frees();
   const mn_alloc *al = R.arena_state > 0 ? mn_arena_find(&R.dev, a) : NULL;
   if (!al && R.host_state > 0) al = mn_arena_find(&R.host, a);
-  if (!al || bytes > al->addr + al->size - a) {
+  const mn_placed *pl = al ? NULL : mn_placed_find(a); /* managed or app-registered host memory */
+  uint64_t end = al ? al->addr + al->size : pl ? pl->addr + pl->size : 0;
+  if ((!al && !pl) || bytes > end - a) {
     pthread_mutex_unlock(&R.mu);
     return -1;
   }
@@ -678,5 +689,6 @@ void mn_memory_at_exit(void) {
   mn_line_u64(&l, "arena_live", R.arena_state > 0 ? R.dev.nlive : 0);
   mn_line_u64(&l, "pinned_top", R.host_state > 0 ? R.host.top - R.host.base : 0);
   mn_line_u64(&l, "foreign", R.nforeign);
+  mn_placed_log(&l); /* managed and registered host memory still live */
   mn_log_event(&l);
 }

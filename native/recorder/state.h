@@ -3,6 +3,7 @@
  *   calls.c     the driver calls librecord makes itself (never through its own wrappers);
  *   recorder.c  configuration, the raw log, kernels, modules and variables, flushing, signals, exit;
  *   memory.c    the device arena, the pinned host region, memory the recorder cannot place, annotations;
+ *   managed.c   managed memory and app-registered host memory: snapshotted by contents, placed by replay;
  *   launch.c    launches, instance deduplication, snapshots, occurrence timing, captures and graphs.
  *
  * Everything is seen at the driver API (docs/ARCHITECTURE.md says why), so apps linked with the static
@@ -107,8 +108,10 @@ typedef struct mn_gvar {
   int resolved;               /* 1: the driver gave its address */
 } mn_gvar;
 
-/* Memory the recorder does not place at a fixed address; a kernel receiving a pointer into it cannot be
- * replayed. The raw log carries the kind's number (mneme/record/rawlog.py FOREIGN_TEXT says what it is). */
+/* Memory the recorder does not place at a fixed address and does not snapshot (managed.c says which
+ * memory it snapshots instead); a kernel receiving a pointer into it cannot be replayed. The raw log
+ * carries the kind's number (mneme/record/rawlog.py FOREIGN_TEXT says what it is; MN_FOREIGN_MANAGED
+ * only when the managed-memory table ran out of host memory). */
 enum mn_foreign_kind { MN_FOREIGN_MANAGED, MN_FOREIGN_HOST_REGISTERED, MN_FOREIGN_PINNED_OUTSIDE, MN_FOREIGN_OTHER_DEVICE };
 typedef struct mn_foreign { uint64_t addr, size; int kind; } mn_foreign;
 
@@ -275,6 +278,16 @@ const mn_foreign *mn_foreign_find(uint64_t addr);
 const mn_gvar *mn_var_containing(uint64_t addr);
 void mn_drain_deferred_frees(void);
 void mn_memory_at_exit(void);
+void mn_foreign_note(uint64_t addr, uint64_t size, int kind);
+void mn_foreign_forget(uint64_t addr);
+
+/* ---- managed.c: managed and app-registered host memory, snapshotted with each recorded launch ---- */
+typedef struct mn_placed { uint64_t addr, size; uint32_t space; /* MN_SPACE_MANAGED or _HOST_PINNED */ } mn_placed;
+const mn_placed *mn_placed_find(uint64_t addr);
+int mn_placed_del(uint64_t addr);            /* 1 when a range started at addr */
+size_t mn_placed_count(void);
+const mn_placed *mn_placed_at(size_t i);     /* in address order */
+void mn_placed_log(mn_line *l);              /* the ranges, their count and bytes per kind, into an "inst" event */
 
 /* ---- copy.c ---- */
 /* Copies `size` device bytes at `src` to host memory `dst` (pinned staging, overlapped); 0 or -1. */

@@ -37,12 +37,14 @@ SMALL: Dict[str, List[str]] = {
     "consttable": ["consttable"],  # a __constant__ table the app sets before every launch
     "devcounter": ["devcounter"],  # __device__ counters that accumulate across launches
     "halo": ["halo"],  # reads a row before its first allocation; a weak_odr template kernel (-fgpu-rdc)
+    "managed": ["managed"],  # cudaMallocManaged (+ cudaMemAdvise, cudaMemPrefetchAsync): snapshotted
+    "zerocopy": ["zerocopy"],  # malloc + cudaHostRegister(Mapped): snapshotted, mapped at its host address
+    "streamalloc": ["streamalloc"],  # cudaMallocAsync, a pool, cudaFreeAsync, cudaMallocPitch, cudaMalloc3D
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {
     "graph": ["graph"],
     "texture": ["texture"],
-    "managed": ["managed"],
 }
 #: sized for timing on an H200
 BIG: Dict[str, List[str]] = {

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.gpu
 HERE = Path(__file__).resolve().parent
 #: recorded examples whose every instance must replay and verify
 REPLAYED = ["vecadd", "stencil2d", "matmul", "reduce", "rdc", "structarg", "manylaunch", "ptrglobal", "pinned",
-            "launchex", "cooperative", "shlib", "driverapi", "consttable", "devcounter", "halo"]
+            "launchex", "cooperative", "shlib", "driverapi", "consttable", "devcounter", "halo", "managed", "zerocopy",
+            "streamalloc"]
 
 
 def matrix(mode: str, dbs: List[Path]) -> List[dict]:
