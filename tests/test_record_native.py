@@ -320,15 +320,12 @@ def test_kernel_table_rejects_malformed_lines_with_the_line_number(lib, line):
 def test_kernel_table_written_by_python_is_read_by_c(lib, tmp_path):
     from mneme.record.kerneltable import table_text
 
-    class FakeIndex:  # the table writer only needs kernels() and closure() results
+    class FakeIndex:  # the table writer only needs kernels() and table_entry() results
         def kernels(self):
             return ["_Z3fooPf1S", "_Z3barv"]
 
-        def closure(self, name):
-            from mneme.record.kerneltable import KernelIR
-
-            return KernelIR(name, "foo", "0" * 64, ["a.cu"], b"", ["p", "s"], ["ptr", "struct"], [False, False],
-                            [(0, 0, 8), (1, 12, 4), (1, 16, 8)], ["g_x", "g_y"], False, state=["printf"])
+        def table_entry(self, name):
+            return 2, [(0, 0, 8), (1, 12, 4), (1, 16, 8)], ["g_x", "g_y"], ["printf"]
 
     import re
 
