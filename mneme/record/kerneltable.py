@@ -41,8 +41,11 @@ class KernelIR:
     variables: List[str]
     uses_textures: bool
     param_sizes: List[int] = field(default_factory=list)
-    #: how the app's build compiled the kernel's module (mneme.cc.embedded.build_settings)
+    #: how the app's build compiled the kernel's module (mneme.cc.embedded.recorded_build); {} when the binary
+    #: predates recorded build settings
     build: Dict[str, object] = field(default_factory=dict)
+    #: functions of the closure defined only by other translation units (relocatable device code)
+    other_unit_functions: List[str] = field(default_factory=list)
 
 
 def uses_textures(ir_text: str) -> bool:
@@ -137,7 +140,7 @@ class IRIndex:
         if kernel in self._closures:
             return self._closures[kernel]
         from mneme.ir import arg_names, extract_kernel_closure, kernel_params, module_globals, undefined_symbols
-        from mneme.cc.embedded import build_settings
+        from mneme.cc.embedded import recorded_build
         from mneme.ir.module import demangle, new_context, parse_module
         from mneme.record.hashing import static_hash
 
@@ -145,10 +148,13 @@ class IRIndex:
             raise RecordError(f"kernel {kernel} is in none of the embedded IR modules")
         own = [(self.modules[s].name, self.modules[s].bitcode) for s in self.defined_in[kernel][:1]]
         mod, used = extract_kernel_closure(own, kernel)
+        other_unit: List[str] = []
         if undefined_symbols(mod) and len(self.modules) > 1:
             # relocatable device code: other translation units define what is still missing
+            missing = set(undefined_symbols(mod))
             everyone = own + [(m.name, m.bitcode) for s, m in self.modules.items() if s not in self.defined_in[kernel][:1]]
             mod, used = extract_kernel_closure(everyone, kernel)
+            other_unit = sorted(f.name for f in mod.functions if not f.is_declaration and f.name in missing)
         params = kernel_params(mod, kernel)
         masked: List[Masked] = []
         for p in params:
@@ -170,7 +176,8 @@ class IRIndex:
             variables=[g.name for g in module_globals(mod)],
             uses_textures=uses_textures(str(mod)),
             param_sizes=[p.size for p in params],
-            build=build_settings(self.modules[self.defined_in[kernel][0]]),
+            build=recorded_build(self.modules[self.defined_in[kernel][0]]) or {},
+            other_unit_functions=other_unit,
         )
         self._closures[kernel] = info
         return info

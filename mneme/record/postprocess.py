@@ -332,8 +332,10 @@ class _Writer:
         extra["Launches"] = int(extra.get("Launches", 0)) + self.kr.launches
         extra["InstanceAttributes"] = attrs
         extra["SourceModules"] = list(self.ir.modules) if self.ir else []
-        if self.ir is not None:
+        if self.ir is not None and self.ir.build:
             extra["BuildSettings"] = dict(self.ir.build)  # the app's device build flags: the replay baseline's
+        if self.ir is not None and self.ir.other_unit_functions:
+            extra["OtherUnitFunctions"] = list(self.ir.other_unit_functions)
         prov = dict(self.db.provenance) if self.db else {}
         runs = list(prov.get("runs", []))
         runs += [_provenance_entry(lg) for lg in self.kr.logs]
