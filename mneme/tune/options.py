@@ -76,6 +76,8 @@ class TuneOptions:
     progress: bool = True
     #: after the search, measure the best configuration without each of its knobs (mneme.tune.attribution)
     attribute: bool = True
+    #: the baseline's code: "app-build" (as the app was built, mneme.ir.appbuild) or "mneme-defaults"
+    baseline: str = "app-build"
 
     def settings(self) -> MeasurementSettings:
         return MeasurementSettings(
