@@ -26,7 +26,7 @@ EXIT_CODES = {
     1: "internal error (a bug: the traceback says where); the study can be resumed",
     EXIT_USAGE: "usage or configuration error (bad flag, unknown space or sampler, unreadable record, refused resume)",
     EXIT_ALL_FAILED: "every trial failed",
-    EXIT_BASELINE_FAILED: "the baseline (recorded configuration at default<O3>) failed",
+    EXIT_BASELINE_FAILED: "the baseline (recorded configuration, compiled as the app was built) failed",
     EXIT_NO_DEVICE: "no GPU worker could start",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); the study can be resumed with --resume",
 }

@@ -1,7 +1,7 @@
 """The built-in search spaces (`--space NAME`).
 
 - ``quick``: a few block sizes along the recorded block's main axis x {default<O3>, default<O2>}; a smoke test.
-- ``launch``: every launch candidate of the recorded geometry (see mneme.tune.launch), compiled at default<O3>.
+- ``launch``: every launch candidate of the recorded geometry (see mneme.tune.launch), compiled as the baseline is (the app's build).
 - ``compiler``: the recorded launch; pipeline (the default ones and custom ones), codegen level 0-3,
   specialization of arguments and of launch dimensions, launch bounds with max-threads and min-blocks ranges,
   and every code knob (mneme/ir/knobs.py), FMA contraction and fast math included (these round differently:
@@ -214,7 +214,7 @@ PRESETS: Dict[str, Callable] = {
 PRESET_HELP = {
     "quick": "a few block sizes x {O3, O2}: a smoke test",
     "standard": "launch candidates x O1-O3 x specialization x launch bounds",
-    "launch": "launch candidates of the recorded geometry at default<O3>",
+    "launch": "launch candidates of the recorded geometry, compiled as the app was built",
     "compiler": "recorded launch; pipelines, codegen level, specialization, launch bounds",
     "full": "everything, including pipelines drawn pass by pass",
 }
