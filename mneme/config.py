@@ -105,6 +105,18 @@ class ExperimentConfiguration:
     dlcm: str = ""
     #: ptxas --allow-expensive-optimizations true
     expensive_opts: bool = False
+    #: one whole program for ptxas (False: `ptxas -c` and a device link, as a -fgpu-rdc/-rdc=true app is built)
+    whole_program: bool = True
+    #: IEEE single-precision division (False: div.approx, as nvcc --prec-div=false / --use_fast_math build it)
+    prec_div: bool = True
+    #: IEEE sqrtf (sqrt.rn, nvcc's default); False: sqrt.approx, clang's default
+    prec_sqrt: bool = False
+    #: every floating-point add, sub and mul may contract into FMA at code generation, as clang's
+    #: -ffp-contract=fast (CUDA's default, nvcc --fmad=true) makes the backend do; False: only those whose IR allows it
+    contract_all: bool = False
+    #: inline the functions other translation units define (False: they stay calls, as in a separately compiled
+    #: -rdc app; the record lists them, OtherUnitFunctions)
+    cross_unit_inline: bool = True
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "ExperimentConfiguration":
@@ -192,7 +204,9 @@ class ExperimentConfiguration:
 
 #: the code knobs and their neutral values (see ExperimentConfiguration.hash)
 KNOB_DEFAULTS = {"unroll": 0, "inline_threshold": 0, "vectorize": True, "fma": True, "fast_math": False,
-                 "ptxas_opt": -1, "max_regs": 0, "dlcm": "", "expensive_opts": False}
+                 "ptxas_opt": -1, "max_regs": 0, "dlcm": "", "expensive_opts": False, "whole_program": True,
+                 "prec_div": True, "prec_sqrt": False, "contract_all": False,
+                 "cross_unit_inline": True}
 
 
 @dataclass

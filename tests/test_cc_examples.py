@@ -56,9 +56,13 @@ EXPECTED = {
     # the RDC example built by `mneme nvcc` (nvcc's -dc, device link and g++ link)
     "nvcc_rdc": ["rdcApply(float const*, float*, int)"],
     "nvcc_rdc_shared": ["rdcApply(float const*, float*, int)"],
+    # build settings the replay baseline reproduces (tests/test_baseline.py): nvcc -rdc=true, --use_fast_math, defaults
+    "nvcc_matmul_rdc": ["matmulTile32(float const*, float const*, float*, int)"],
+    "nvcc_fastmath": ["fastMath(float const*, float*, int, int)"],
+    "nvcc_precmath": ["fastMath(float const*, float*, int, int)"],
 }
 #: built by `mneme nvcc` with nvcc's default runtime linkage (static)
-STATIC_CUDART = {"nvcc_rdc"}
+STATIC_CUDART = {"nvcc_rdc", "nvcc_matmul_rdc", "nvcc_fastmath", "nvcc_precmath"}
 
 
 def make(out: Path, *targets: str) -> subprocess.CompletedProcess:

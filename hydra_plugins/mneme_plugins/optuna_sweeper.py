@@ -252,9 +252,11 @@ class StudyRun:
         self.objective = Objective.of(self.opts.objective, self.opts.metric, self.opts.sampler)
         self.target = app.target(cfg)
         self.base = schema.configuration(cfg.replay, self.target.baseline)
-        facts = recorded_launch(self.target.db, self.target.instance.dynamic_hash, analyze=True)[1]
+        facts = recorded_launch(self.target.db, self.target.instance.dynamic_hash, analyze=True,
+                                baseline=self.target.baseline_kind)[1]
         ctx = SpaceContext(self.base, self.target.record, self.target.instance, self.opts.launch_safety,
-                           read_pipelines(self.opts.passes, self.opts.pipeline_file), launch_facts=facts)
+                           read_pipelines(self.opts.passes, self.opts.pipeline_file), launch_facts=facts,
+                           code=self.target.code)
         name = cfg.search_space.name
         preset = None
         if self.opts.space_module:

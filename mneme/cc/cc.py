@@ -45,7 +45,7 @@ class Driver:
         self.archs = inv.archs or [os.environ.get("MNEME_CUDA_ARCH", DEFAULT_ARCH)]
         self.env = tc.env()
         #: the device-code settings of this build, stored in the embedded IR's metadata ("build")
-        self.build = build_settings(inv)
+        self.build = {**build_settings(inv), "arch": self.archs[0], "archs": list(self.archs)}
 
     # ---- running commands ------------------------------------------------------------------------
     def _show(self, cmd: Sequence[str]) -> None:
@@ -217,20 +217,55 @@ class Driver:
             self.run(cmd, f"linking {out}")
 
 
+#: clang's ptxas -O for the device -O level (clang/lib/Driver/ToolChains/Cuda.cpp): -Os/-Oz and unknown
+#: levels give 2, -Ofast/-O4 3, no -O at all 0 (ptxas's own default would be 3)
+_CLANG_PTXAS_OPT = {"0": 0, "1": 1, "2": 2, "3": 3, "4": 3, "fast": 3}
+
+
+def _device_opt(flags: Sequence[str]) -> str:
+    """The device side's -O level: the last -O that is not host-only (-Xarch_host -O0 is not the device's)."""
+    level = None
+    for prev, a in zip([""] + list(flags), flags):
+        if a.startswith("-O") and prev != "-Xarch_host":
+            level = a[2:] or "1"
+    return "0" if level is None else level
+
+
+def _mllvm(flags: Sequence[str], name: str) -> Optional[str]:
+    """The value of `-mllvm -<name>=V` (the last one), or None."""
+    hit = None
+    for prev, a in zip([""] + list(flags), flags):
+        if prev == "-mllvm" and a.startswith(f"-{name}="):
+            hit = a.split("=", 1)[1]
+    return hit
+
+
 def build_settings(inv: Invocation) -> dict:
-    """How `mneme cc` was asked to build the device code: the -O level, the floating-point and
-    ptxas flags (the replay baseline compiles as the app was built; mneme.cc.embedded.build_settings)."""
+    """How `mneme cc` was asked to build the device code: the -O level, the floating-point and ptxas flags
+    (embedded.BUILD_VERSION; the replay baseline compiles as the app was built: mneme.ir.appbuild). What the
+    IR itself carries (denormal and fast-math attributes, contract flags) is read from the IR at replay;
+    this records what only code generation sees: ptxas options, division and square-root precision."""
+    from mneme.cc.embedded import BUILD_VERSION
+
     flags = inv.flags()
-    opt = next((a[2:] or "1" for a in reversed(flags) if a.startswith("-O")), "0")
+    opt = _device_opt(flags)
     fp = [a for a in flags if a.startswith(("-ffast-math", "-fno-fast-math", "-ffp-contract", "-fgpu-", "-fno-gpu-",
                                               "-fcuda-", "-fno-cuda-", "-fdenormal"))]
     ptxas = [b for a, b in zip(flags, flags[1:]) if a == "-Xcuda-ptxas"]
-    fast = "-ffast-math" in fp
-    return {"compiler": "cc", "opt_level": opt, "host_opt_level": opt, "fp_flags": fp, "ptxas": ptxas,
+    fast = "-ffast-math" in fp and "-fno-fast-math" not in fp[fp.index("-ffast-math"):]
+    div = _mllvm(flags, "nvptx-prec-divf32")
+    sqrt = _mllvm(flags, "nvptx-prec-sqrtf32")
+    reflect = _mllvm(flags, "nvvm-reflect-add") or ""
+    prec_sqrt = sqrt not in (None, "0") or reflect.replace(" ", "") == "__CUDA_PREC_SQRT=1"
+    return {"version": BUILD_VERSION, "compiler": "cc", "opt_level": opt, "host_opt_level": opt, "fp_flags": fp,
+            "ptxas": ptxas, "ptxas_opt": 0 if opt == "0" else _CLANG_PTXAS_OPT.get(opt, 2),
             "ftz": "-fgpu-flush-denormals-to-zero" in fp or "-fcuda-flush-denormals-to-zero" in fp,
-            "fast_math": fast, "prec_div": not fast,
-            "prec_sqrt": False,  # clang-22 lowers sqrtf to sqrt.approx unless told otherwise (TOOLCHAIN.md)
-            "fmad": "-ffp-contract=off" not in fp, "maxrregcount": None, "rdc": inv.is_rdc}
+            "fast_math": fast, "prec_div": (div != "0") if div is not None else not fast,
+            # clang-22 lowers sqrtf to sqrt.approx unless told otherwise (TOOLCHAIN.md)
+            "prec_sqrt": prec_sqrt,
+            "fmad": "-ffp-contract=off" not in fp, "maxrregcount": None, "rdc": inv.is_rdc,
+            "relocatable": inv.is_rdc, "dlto": "-foffload-lto" in flags or "-fgpu-rdc-lto" in flags,
+            "arch": inv.archs[0] if inv.archs else None, "archs": list(inv.archs)}
 
 
 def _static_archives(args: Sequence[str]) -> List[str]:

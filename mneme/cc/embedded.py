@@ -115,19 +115,38 @@ def unpack_entries(data: bytes, origin: PathLike = "<memory>") -> List[EmbeddedM
     return modules
 
 
+#: version of the "build" metadata (the device build settings) `mneme cc`/`mneme nvcc` write today:
+#: 1 (first recorded) had no "version" key; 2 added it with ptxas_opt (the ptxas -O the build used),
+#: relocatable (ptxas -c, a device link after), arch and the -Xptxas options sorted by what they set
+BUILD_VERSION = 2
+
 #: the device-code settings a build without recorded settings (older binaries) is taken to have used
 DEFAULT_BUILD = {"compiler": "unknown", "opt_level": "3", "ftz": False, "prec_div": True, "prec_sqrt": True,
                  "fmad": True, "fast_math": False, "maxrregcount": None, "ptxas": []}
 
 
+def recorded_build(mod: EmbeddedModule) -> Optional[Dict[str, object]]:
+    """The device build settings `mneme cc`/`mneme nvcc` stored with `mod` ("version" 1 when the build
+    predates versioning), or None when the binary was built before they were recorded: the replay baseline
+    then falls back to mneme's defaults and says so (mneme.ir.appbuild)."""
+    build = mod.meta.get("build")
+    if not isinstance(build, Mapping) or not build:
+        return None
+    out = dict(build)
+    out.setdefault("version", 1)
+    out.setdefault("arch", mod.arch)
+    out.setdefault("rdc", bool(mod.meta.get("rdc", False)))
+    return out
+
+
 def build_settings(mod: EmbeddedModule) -> Dict[str, object]:
-    """How the app's build compiled `mod`'s device code, as `mneme cc`/`mneme nvcc` recorded it: keys
+    """How the app's build compiled `mod`'s device code, for display (`mneme ir`): keys
     compiler ("nvcc" | "cc"), opt_level (device -O), host_opt_level, ftz, prec_div, prec_sqrt, fmad,
-    fast_math, maxrregcount (None: no limit), ptxas (the -Xptxas options), rdc, lineinfo, device_debug;
-    `mneme cc` adds fp_flags (its clang floating-point flags). The replay baseline compiles with these
-    so that it runs the app's code. Keys missing in older binaries take DEFAULT_BUILD's values."""
+    fast_math, maxrregcount (None: no limit), ptxas (the -Xptxas options), ptxas_opt, relocatable, rdc,
+    dlto, arch, lineinfo, device_debug; `mneme cc` adds fp_flags (its clang floating-point flags). Keys
+    missing in older binaries take DEFAULT_BUILD's values; `recorded_build` tells them apart."""
     out = dict(DEFAULT_BUILD)
-    out.update(mod.meta.get("build") or {})
+    out.update(recorded_build(mod) or {})
     return out
 
 
@@ -350,8 +369,10 @@ __all__ = [
     "MAGIC",
     "VERSION",
     "EmbeddedModule",
+    "BUILD_VERSION",
     "DEFAULT_BUILD",
     "build_settings",
+    "recorded_build",
     "pack_entry",
     "unpack_entries",
     "read_embedded",

@@ -54,8 +54,14 @@ def _settings_line(b: Dict[str, object]) -> str:
               f"prec-sqrt={str(b.get('prec_sqrt')).lower()}", f"fmad={str(b.get('fmad')).lower()}"]
     if b.get("maxrregcount") is not None:
         words.append(f"maxrregcount={b['maxrregcount']}")
+    if b.get("ptxas_opt") is not None:
+        words.append(f"ptxas-O{b['ptxas_opt']}")
     if b.get("ptxas"):
         words.append("ptxas " + " ".join(map(str, b["ptxas"])))
+    if b.get("rdc"):
+        words.append("rdc" + ("+dlto" if b.get("dlto") else ""))
+    if b.get("compiler") == "unknown":
+        words.append("(not recorded: built before mneme recorded build settings)")
     return " ".join(words)
 
 

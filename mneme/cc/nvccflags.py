@@ -163,11 +163,15 @@ class NvccCommand:
 
     def device_settings(self) -> Dict[str, object]:
         """The device-code settings of this build, as recorded in the embedded IR's metadata."""
+        from mneme.cc.embedded import BUILD_VERSION
+
+        level = "0" if self.device_debug or self.dopt is False else "3"
         return {
+            "version": BUILD_VERSION, "ptxas_opt": int(level), "relocatable": self.rdc and not self.dlto_on,
             "compiler": "nvcc", "ftz": self.ftz_on, "prec_div": self.prec_div_on, "prec_sqrt": self.prec_sqrt_on,
             "fmad": self.fmad_on, "fast_math": self.fast_math, "maxrregcount": self.maxrregcount,
             "ptxas": list(self.ptxas), "device_debug": self.device_debug, "lineinfo": self.lineinfo,
-            "opt_level": "0" if self.device_debug or self.dopt is False else "3", "host_opt_level": self.opt or "0",
+            "opt_level": level, "host_opt_level": self.opt or "0",
             "rdc": self.rdc, "dlto": self.dlto_on,
         }
 

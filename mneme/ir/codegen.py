@@ -178,7 +178,10 @@ def link_cubin(
     extra: Sequence[str] = (),
 ) -> CubinResult:
     """PTX -> cubin with `using` (default: `assembler()`); resources are the kernel's (or the first entry's).
-    `extra`: ptxas flags (mneme.ir.knobs.CodeKnobs.ptxas_flags)."""
+    `extra`: ptxas flags (mneme.ir.knobs.CodeKnobs.ptxas_flags); "-c" among them asks for relocatable code
+    and a device link (ptxas -c + nvlink; nvJitLink always assembles that way)."""
+    relocatable = "-c" in extra
+    extra = [f for f in extra if f != "-c"]
     options = nvjitlink_options(arch, opt, method, threads, extra)  # also validates arch, level and method
     using = using or assembler()
     devrt = devrt_symbols(ptx)
@@ -191,8 +194,10 @@ def link_cubin(
                 "no libcudadevrt.a was found (looked at MNEME_CUDADEVRT and lib64/ of $CUDA_HOME, $CUDA_PATH, "
                 "/usr/local/cuda): set CUDA_HOME to a CUDA toolkit")
         using = "nvjitlink"
+    if using == "ptxas" and relocatable and ptxas.find_nvlink() is None:
+        using = "nvjitlink"  # the same ptxas -c and link, in-process
     if using == "ptxas":
-        cubin, info = ptxas.assemble(ptx, arch, opt, method, threads, extra)
+        cubin, info = ptxas.assemble(ptx, arch, opt, method, threads, extra, relocatable=relocatable)
         return _result(cubin, info, ptxas.parse_log(info, cubin), kernel)
     if using != "nvjitlink":
         raise CompileError(f"unknown assembler {using!r}; choose one of {list(ASSEMBLERS)}")

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import llvmlite.binding as llvm
 
@@ -237,6 +237,7 @@ def compile_kernel(
     arg_values: Optional[Mapping[int, object]] = None,
     cache: Union[CompileCache, None, bool] = None,
     keep_ll: bool = False,
+    no_inline: Sequence[str] = (),
 ) -> CompiledKernel:
     """Compile `config`'s variant of the kernel; `linked_mod` is cloned, never changed.
 
@@ -246,6 +247,7 @@ def compile_kernel(
     the code hash - the cache key - is made of it with the specialization, pipeline, codegen options, arch
     and toolchain. `config.prune`/`internalize` were applied when `linked_mod` was linked. A module's LLVM
     context is single-threaded: compile one linked module from one thread at a time (the tuner's pool uses processes).
+    `no_inline`: functions that stay calls when `config.cross_unit_inline` is off (other translation units').
     """
     problems = [p for p in config.problems() if not p.startswith(("grid", "block", "shared_mem"))]
     if problems:
@@ -260,8 +262,13 @@ def compile_kernel(
         static_hash = make_static_hash(linked_mod, kernel_name)
     using = assembler()
     knobs = CodeKnobs.of(config)
+    # the linked module was internalized or not (ReplayPipeline links both ways); the static hash does not see it
+    hashed_knobs = {**knobs.describe(), **({} if config.internalize else {"internalize": False})}
+    kept_calls = sorted(set(no_inline)) if not config.cross_unit_inline else []
+    if kept_calls:
+        hashed_knobs["no_inline"] = kept_calls
     key = make_code_hash(static_hash, spec, pipeline, config.codegen_opt, config.codegen_method, arch, using,
-                         toolchain=_toolchain_tag(using), knobs=knobs.describe())
+                         toolchain=_toolchain_tag(using), knobs=hashed_knobs)
     store = default_cache() if cache is None else (None if cache is False else cache)
     if store is not None:
         hit = store.get(key)
@@ -275,8 +282,11 @@ def compile_kernel(
         mod = reparse(knobs.rewrite(text), kernel_name)
     else:
         mod = linked_mod.clone()
+    _keep_calls(mod, kept_calls)
     t1 = time.perf_counter()
     optimize(mod, pipeline, arch, config.codegen_opt, tuning=knobs)
+    if knobs.rewrites_optimized:
+        mod = reparse(knobs.rewrite_optimized(str(mod)), kernel_name)
     ll = str(mod) if keep_ll else None
     t2 = time.perf_counter()
     ptx = emit_ptx(mod, arch, config.codegen_opt, ir_ptx or DEFAULT_PTX)
@@ -311,6 +321,15 @@ def compile_kernel(
         if earlier is None:
             store.put(ck, key=pkey)
     return ck
+
+
+def _keep_calls(mod: llvm.ModuleRef, names: Sequence[str]) -> None:
+    """`noinline` on each named function the module defines (not on alwaysinline ones, which must inline)."""
+    for fn in mod.functions:
+        if fn.name in names and not fn.is_declaration:
+            attrs = " ".join(a.decode(errors="replace") for a in fn.attributes)
+            if "alwaysinline" not in attrs.split():
+                fn.add_function_attribute("noinline")
 
 
 def ptx_key(ptx: str, arch: str, opt: int, method: str, using: str, flags, kernel: str) -> str:

@@ -13,6 +13,19 @@ How each reaches the code:
   Results round differently: such trials need verification by tolerance.
 - `ptxas_opt` (-1: the codegen level), `max_regs` (--maxrregcount), `dlcm` (-dlcm=ca|cg|cs, default load
   caching), `expensive_opts` (--allow-expensive-optimizations true): flags of ptxas (or -Xptxas for nvJitLink).
+- `whole_program=False`: `ptxas -c` (relocatable code: shared-memory addresses and alignment left to the device
+  link), then nvlink, as an app built with -fgpu-rdc / -rdc=true is assembled (ptxas_flags gets "-c").
+- `prec_sqrt`: libdevice's `__nvvm_reflect("__CUDA_PREC_SQRT")` answers 1, so sqrtf is sqrt.rn (nvcc's default,
+  -nvvm-reflect-add=__CUDA_PREC_SQRT=1 in the app's build); LLVM 22's NVVMReflect reads no module flag for it.
+- `contract_all`: after optimization every fadd/fsub/fmul gets `contract`: the backend then fuses (and ptxas may
+  fuse) as the app's build did with -ffp-contract=fast, whose backend option (AllowFPOpFusion=Fast) llvmlite's
+  target machine does not take. Without it, operations whose IR lacks `contract` (libdevice's, those the
+  optimizer created) are emitted with .rn and never fused.
+- `cross_unit_inline=False`: the functions the caller names (compile_kernel's `no_inline`: the record's
+  OtherUnitFunctions) get `noinline`, so they stay calls as in a separately compiled -rdc app.
+- `prec_div=False`: single-precision divisions get `afn` after optimization, so code generation emits
+  div.approx as -nvptx-prec-divf32=0 makes it do in the app's build (a code-generation option only: the IR
+  the optimizer sees is the same).
 """
 
 from __future__ import annotations
@@ -68,7 +81,12 @@ class CodeKnobs:
 
     @property
     def rewrites_ir(self) -> bool:
-        return bool(self.unroll) or self.fast_math or not self.fma
+        return bool(self.unroll) or self.fast_math or not self.fma or self.prec_sqrt
+
+    @property
+    def rewrites_optimized(self) -> bool:
+        """Whether the optimized IR is rewritten before code generation (rewrite_optimized)."""
+        return not self.prec_div or (self.contract_all and self.fma)
 
     def ptxas_flags(self) -> List[str]:
         """ptxas flags beyond --gpu-name/-O/--verbose (the -O level is the caller's, see assembler_opt)."""
@@ -81,6 +99,8 @@ class CodeKnobs:
             out.append("--allow-expensive-optimizations=true")
         if not self.fma:
             out.append("--fmad=false")
+        if not self.whole_program:
+            out.append("-c")
         return out
 
     def assembler_opt(self, codegen_opt: int) -> int:
@@ -92,7 +112,42 @@ class CodeKnobs:
             text = _unroll(text, int(self.unroll))
         if self.fast_math or not self.fma:
             text = _fp_flags(text, self.fast_math, self.fma)
+        if self.prec_sqrt:
+            text = _reflect_answer(text, "__CUDA_PREC_SQRT", 1)
         return text
+
+    def rewrite_optimized(self, text: str) -> str:
+        """Optimized IR with the code-generation knobs that LLVM reads from instructions (prec_div)."""
+        if self.contract_all and self.fma:
+            text = _FP_ARITH.sub(lambda m: m.group(0) if "contract" in m.group(2).split() or "fast" in m.group(2).split()
+                                 else f"{m.group(1)}{m.group(2)} contract{m.group(3)}", text)
+        if not self.prec_div:
+            text = _F32_FDIV.sub(lambda m: m.group(1) + ("" if "afn" in m.group(2).split() else " afn") + m.group(2)
+                                 + m.group(3), text)
+        return text
+
+
+_FP_ARITH = re.compile(r"(= (?:fadd|fsub|fmul))((?: (?:fast|contract|reassoc|nnan|ninf|nsz|arcp|afn))*)"
+                       r"( (?:float|double|half|<\d+ x (?:float|double|half)>) )")
+_F32_FDIV = re.compile(r"(= fdiv)((?: (?:fast|contract|reassoc|nnan|ninf|nsz|arcp|afn))*)( (?:float|<\d+ x float>) )")
+_STRING_GLOBAL = re.compile(r'^(@[-\w.$"]+) = [^\n]*?c"([^"]*)\\00"', re.M)
+_REFLECT_CALL = re.compile(r"^(\s*)(%[-\w.$]+) = (?:tail |notail )?call i32 @__nvvm_reflect\((?:ptr|i8\*)(?: noundef)? "
+                           r"(?:addrspacecast \([^)]*?(@[-\w.$\"]+)[^)]*\)|(@[-\w.$\"]+))\)[^\n]*$", re.M)
+
+
+def _reflect_answer(text: str, name: str, value: int) -> str:
+    """Calls `__nvvm_reflect("<name>")` replaced by the constant `value` (what -nvvm-reflect-add=<name>=<value>
+    makes NVVMReflect answer); other reflect queries stay for NVVMReflect."""
+    strings = {m.group(1) for m in _STRING_GLOBAL.finditer(text) if m.group(2) == name}
+    if not strings:
+        return text
+
+    def repl(m: re.Match) -> str:
+        if (m.group(3) or m.group(4)) not in strings:
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)} = add i32 0, {int(value)}"
+
+    return _REFLECT_CALL.sub(repl, text)
 
 
 def _unroll(text: str, count: int) -> str:

@@ -83,9 +83,38 @@ def ptxas_options(arch: str, opt: int, method: str, threads: Optional[int] = Non
     return opts
 
 
+@functools.lru_cache(maxsize=None)
+def find_nvlink() -> Optional[str]:
+    """The nvlink next to the ptxas in use (the device linker of relocatable code), or None."""
+    exe = find_ptxas()
+    if exe:
+        cand = Path(exe).with_name("nvlink")
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return shutil.which("nvlink")
+
+
+def _device_link(tmp: Path, obj: Path, arch: str) -> Path:
+    """nvlink of one relocatable object into an executable cubin (what the app's device link does)."""
+    exe = find_nvlink()
+    out = tmp / "linked.cubin"
+    # the device runtime, for kernels that launch kernels (as the app's device link takes libcudadevrt.a)
+    devrt = Path(exe).resolve().parent.parent / "lib64" / "libcudadevrt.a"
+    libs = [f"-L{devrt.parent}", "-lcudadevrt"] if devrt.is_file() else []
+    try:
+        p = subprocess.run([exe, f"-arch={arch}", str(obj), *libs, "-o", str(out)], capture_output=True, text=True)
+    except OSError as e:
+        raise CompileError(f"could not run {exe}: {e}") from None
+    if p.returncode != 0 or not out.is_file():
+        raise CompileError(f"nvlink ({exe}) could not link the relocatable cubin for {arch} (exit {p.returncode}):\n"
+                           f"{p.stderr.strip()}")
+    return out
+
+
 def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] = None,
-             extra: Sequence[str] = ()) -> Tuple[bytes, str]:
-    """(cubin, ptxas's verbose log) for `ptx`; a CompileError carries what ptxas said."""
+             extra: Sequence[str] = (), relocatable: bool = False) -> Tuple[bytes, str]:
+    """(cubin, ptxas's verbose log) for `ptx`; a CompileError carries what ptxas said. `relocatable`: `ptxas -c`
+    and nvlink (find_nvlink), the way an app built with relocatable device code is assembled."""
     exe = find_ptxas()
     if exe is None:
         raise CompileError(
@@ -96,8 +125,8 @@ def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] 
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
         try:
-            p = subprocess.run([exe, *ptxas_options(arch, opt, method, threads, extra), "-o", str(out), str(src)],
-                               capture_output=True, text=True)
+            p = subprocess.run([exe, *ptxas_options(arch, opt, method, threads, extra), *(["-c"] if relocatable else []),
+                                "-o", str(out), str(src)], capture_output=True, text=True)
         except OSError as e:
             raise CompileError(f"could not run {exe}: {e}") from None
         if p.returncode != 0 or not out.is_file():
@@ -106,6 +135,8 @@ def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] 
                 hint = (f"\n{exe} (CUDA {ptxas_version(exe)}) is older than the PTX that LLVM emits: point MNEME_PTXAS "
                         "or CUDA_HOME at a newer toolkit, or set MNEME_ASSEMBLER=nvjitlink")
             raise CompileError(f"ptxas ({exe}) rejected the PTX for {arch} (exit {p.returncode}):\n{p.stderr.strip()}{hint}")
+        if relocatable:
+            out = _device_link(Path(tmp), out, arch)
         return out.read_bytes(), (p.stdout + p.stderr)
 
 

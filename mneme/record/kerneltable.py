@@ -56,8 +56,11 @@ class KernelIR:
     state: List[str] = field(default_factory=list)
     #: parameters the kernel calls as device functions (function_pointer_calls)
     fnptr_params: List[int] = field(default_factory=list)
-    #: how the app's build compiled the kernel's module (mneme.cc.embedded.build_settings)
+    #: how the app's build compiled the kernel's module (mneme.cc.embedded.recorded_build); {} when the binary
+    #: predates recorded build settings
     build: Dict[str, object] = field(default_factory=dict)
+    #: functions of the closure defined only by other translation units (relocatable device code)
+    other_unit_functions: List[str] = field(default_factory=list)
 
 
 def device_state(ir_text: str) -> List[str]:
@@ -217,7 +220,7 @@ class IRIndex:
         if kernel in self._closures:
             return self._closures[kernel]
         from mneme.ir import arg_names, extract_kernel_closure, kernel_params, module_globals, undefined_symbols
-        from mneme.cc.embedded import build_settings
+        from mneme.cc.embedded import recorded_build
         from mneme.ir.module import demangle, new_context, parse_module
         from mneme.record.hashing import static_hash
 
@@ -225,10 +228,13 @@ class IRIndex:
             raise RecordError(f"kernel {kernel} is in none of the embedded IR modules")
         own = [(self.modules[s].name, self.modules[s].bitcode) for s in self.defined_in[kernel][:1]]
         mod, used = extract_kernel_closure(own, kernel)
+        other_unit: List[str] = []
         if undefined_symbols(mod) and len(self.modules) > 1:
             # relocatable device code: other translation units define what is still missing
+            missing = set(undefined_symbols(mod))
             everyone = own + [(m.name, m.bitcode) for s, m in self.modules.items() if s not in self.defined_in[kernel][:1]]
             mod, used = extract_kernel_closure(everyone, kernel)
+            other_unit = sorted(f.name for f in mod.functions if not f.is_declaration and f.name in missing)
         params = kernel_params(mod, kernel)
         masked: List[Masked] = []
         for p in params:
@@ -254,7 +260,8 @@ class IRIndex:
             state=device_state(text) + (["fnptr"] if loaded_calls else []),
             fnptr_params=fn_params,
             param_sizes=[p.size for p in params],
-            build=build_settings(self.modules[self.defined_in[kernel][0]]),
+            build=recorded_build(self.modules[self.defined_in[kernel][0]]) or {},
+            other_unit_functions=other_unit,
         )
         self._closures[kernel] = info
         return info

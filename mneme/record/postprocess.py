@@ -379,8 +379,10 @@ class _Writer:
         extra["DeviceState"] = list(self.ir.state) if self.ir else []
         if self.ir is not None and "heap" in self.ir.state and not self.db:
             self.warnings.append(f"{self.ir.demangled}: {HEAP_NOTE}")
-        if self.ir is not None:
+        if self.ir is not None and self.ir.build:
             extra["BuildSettings"] = dict(self.ir.build)  # the app's device build flags: the replay baseline's
+        if self.ir is not None and self.ir.other_unit_functions:
+            extra["OtherUnitFunctions"] = list(self.ir.other_unit_functions)
         prov = dict(self.db.provenance) if self.db else {}
         runs = list(prov.get("runs", []))
         runs += [_provenance_entry(lg) for lg in self.kr.logs]

@@ -119,6 +119,12 @@ class RecordDB(_Open):
     InstanceAttributes: Dict[DynamicHash, LaunchAttributes] = {}
     SourceModules: List[str] = []
     DeviceState: List[str] = []
+    #: how the app's build compiled the kernel's module (mneme.cc.embedded.recorded_build; the replay baseline's
+    #: code, mneme.ir.appbuild); absent for apps built before it was recorded
+    BuildSettings: Dict[str, Any] = {}
+    #: functions of the kernel's closure that other translation units define (relocatable device code): a
+    #: separately compiled app calls them, it cannot inline them
+    OtherUnitFunctions: List[str] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> "RecordDB":

@@ -47,6 +47,15 @@ BOOL_FLAGS = [
     (("--fma",), ("--no-fma",), "fma", "floating-point contraction into FMA (default on)"),
     (("--vectorize",), ("--no-vectorize",), "vectorize", "loop and SLP vectorization (default on)"),
     (("--expensive-opts",), ("--no-expensive-opts",), "expensive_opts", "ptxas --allow-expensive-optimizations true"),
+    (("--whole-program",), ("--no-whole-program",), "whole_program",
+     "ptxas sees one whole program (--no-whole-program: ptxas -c + nvlink, as an -rdc app is built)"),
+    (("--internalize",), ("--no-internalize",), "internalize", "give the kernel's helper functions internal linkage"),
+    (("--prec-div",), ("--no-prec-div",), "prec_div", "IEEE single-precision division (--no-prec-div: div.approx)"),
+    (("--prec-sqrt",), ("--no-prec-sqrt",), "prec_sqrt", "IEEE sqrtf, sqrt.rn (--no-prec-sqrt: sqrt.approx)"),
+    (("--contract-all",), ("--no-contract-all",), "contract_all",
+     "every add/sub/mul may fuse into FMA, as clang's -ffp-contract=fast (CUDA's default) builds the app"),
+    (("--cross-unit-inline",), ("--no-cross-unit-inline",), "cross_unit_inline",
+     "inline functions of other translation units (--no-cross-unit-inline: calls, as a separately compiled -rdc app)"),
 ]
 
 #: (flags, MeasurementSettings field, type, help) — the verification flags of `mneme replay` and `mneme tune`
@@ -74,8 +83,14 @@ def verify_settings(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for _, name, _, _ in VERIFY_FLAGS if getattr(args, name, None) is not None}
 
 
+def add_baseline_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", choices=("app-build", "mneme-defaults"), default="app-build",
+                   help="the code the baseline compiles: as the app was built (its recorded -O level, fast-math, "
+                        "ptxas and rdc settings; default), or mneme's defaults (default<O3>, whole program)")
+
+
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("replay configuration (defaults: the recorded instance)")
+    g = p.add_argument_group("replay configuration (defaults: the recorded instance, compiled as --baseline says)")
     g.add_argument("passes", nargs="?", default=None, help="pass pipeline in opt syntax, e.g. 'default<O3>'")
     for flags, path, typ, help_text in CONFIG_FLAGS:
         metavar = ("BYTES" if path == "shared_mem" else "N") if typ is int else None
@@ -130,9 +145,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-rdb", "--record-db", required=True, metavar="REC.json", help="record DB of the kernel")
     p.add_argument("-rid", "--record-id", default=None, metavar="DYNAMIC_HASH",
                    help="instance to replay (optional when the DB holds one)")
+    add_baseline_argument(p)
     add_config_arguments(p)
     add_measurement_arguments(p)
     o = p.add_argument_group("output")
+    o.add_argument("--sass-diff", metavar="APP_BINARY", nargs="?", const="",
+                   help="compare the app's SASS of the kernel (cuobjdump -sass on APP_BINARY; default: the binary "
+                        "the record names) with the replay's cubin: instruction mix and registers")
     o.add_argument("--compile-only", action="store_true", help="no GPU: compile and print resource usage and size")
     o.add_argument("--output-ll", "-ol", metavar="FILE", help="write the optimized IR")
     o.add_argument("--output-ptx", metavar="FILE", help="write the PTX")
@@ -157,6 +176,11 @@ def summary(pipe, config: ExperimentConfiguration, r: ExperimentResult) -> str:
         + ("  +dims" if config.specialize_dims else "")
         + (f"  +bounds({config.max_threads},{config.min_blocks_per_sm})" if config.set_launch_bounds else "")
         + f"  [config {r.config_hash[:12]} code {r.code_hash[:12]}]",
+        f"baseline   {pipe.baseline.describe()}" + ("" if pipe.baseline.apply(config) == config else
+                                                     "  (code fields changed by the command line)"),
+    ]
+    lines += [f"           note: {n}" for n in pipe.baseline.notes]
+    lines += [
         f"compile    preprocess {r.preprocess_ir_time * 1e3:.1f} ms  opt {r.opt_time * 1e3:.1f} ms  "
         f"ptx {r.ptx_time * 1e3:.1f} ms  cubin {r.cubin_time * 1e3:.1f} ms ({assembler()}){'  (cached)' if r.cache_hit else ''}  "
         f"size {r.obj_size} B",
@@ -205,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     pipe = ReplayPipeline(args.record_db, args.record_id, device_id=None if args.compile_only else args.device,
-                          settings=settings)
+                          settings=settings, baseline=args.baseline)
     config = config_from_args(args, pipe.baseline_config())
     problems = config.problems()
     if problems:
@@ -232,9 +256,18 @@ def run(args: argparse.Namespace) -> int:
     # `--json -` keeps stdout JSON only: the human summary goes to stderr then
     human = sys.stderr if args.json == "-" else sys.stdout
     print(summary(pipe, config, result), file=human)
+    sass = None
+    if args.sass_diff is not None and result.code_hash:
+        from mneme.replay.sassdiff import compare_replay, render
+
+        sass = compare_replay(pipe, pipe.compile(config), args.sass_diff or None)
+        print(render(sass), file=human)
     if args.json:
         doc = {"config": config.to_dict(), "settings": settings.to_dict(), "result": result.to_dict(),
-               "record_db": os.path.abspath(args.record_db), "record_id": pipe.record_id}
+               "record_db": os.path.abspath(args.record_db), "record_id": pipe.record_id,
+               "baseline": pipe.baseline.kind, "baseline_detail": pipe.baseline.to_dict()}
+        if sass is not None:
+            doc["sass_diff"] = sass
         text = json.dumps(doc, indent=2)
         if args.json == "-":
             print(text)

@@ -22,6 +22,8 @@ from typing import Any, Dict, Optional
 from mneme.config import ExperimentConfiguration, ExperimentResult, MeasurementSettings
 from mneme.errors import CompileError, ConfigurationError, DeviceError, MnemeError, PipelineError, RecordError
 from mneme.ir import CompileCache, CompiledKernel, compile_kernel, kernel_params, static_hash as ir_static_hash
+from mneme.ir.appbuild import APP_BUILD, Baseline
+from mneme.ir.appbuild import choose as choose_baseline
 from mneme.record import integrity
 from mneme.record.db import RecordedExecution
 from mneme.record.memstate import written_state
@@ -86,8 +88,12 @@ class ReplayPipeline:
         settings: Optional[MeasurementSettings] = None,
         cache_dir: Optional[str] = None,
         cache: Optional[CompileCache] = None,
+        baseline: str = APP_BUILD,
     ):
         self.record_db = str(record_db)
+        #: which code the baseline compiles: the app's build (mneme.ir.appbuild) or mneme's defaults
+        self.baseline_kind = baseline
+        self._baseline: Optional[Baseline] = None
         self.record = RecordedExecution.from_json(self.record_db)
         if not self.record.replayable:
             raise RecordError(f"{self.record_db}: kernel is not replayable: {self.record.not_replayable_reason}")
@@ -96,7 +102,7 @@ class ReplayPipeline:
         self.device_id = device_id
         self.settings = settings or MeasurementSettings()
         self.cache = cache if cache is not None else CompileCache(cache_dir)
-        self._linked = None
+        self._linked: Dict[bool, Any] = {}
         self._static_hash: Optional[str] = None
         self._arg_values: Optional[Dict[int, bytes]] = None
         self.link_time = 0.0
@@ -126,20 +132,40 @@ class ReplayPipeline:
     def kernel_name(self) -> str:
         return self.record.kernel_name
 
-    def baseline_config(self) -> ExperimentConfiguration:
-        """The recorded launch at default<O3>: what the app ran, compiled the standard way."""
-        inst = self.instance
-        return ExperimentConfiguration(
-            grid=inst.grid_dim, block=inst.block_dim, shared_mem=inst.shared_mem, passes="default<O3>", codegen_opt=3
-        )
+    @property
+    def baseline(self) -> Baseline:
+        """Which code the baseline replays and why (mneme.ir.appbuild): the app's recorded build settings."""
+        if self._baseline is None:
+            build = self.record.extra.get("BuildSettings")
+            text = str(self.linked()) if build and self.baseline_kind == APP_BUILD else ""
+            self._baseline = choose_baseline(self.baseline_kind, build, self.arch, text,
+                                             self.record.extra.get("OtherUnitFunctions") or ())
+        return self._baseline
 
-    def linked(self):
-        if self._linked is None:
+    def baseline_config(self) -> ExperimentConfiguration:
+        """The recorded launch compiled as the app was built (`baseline`; mneme's defaults when the record has
+        no build settings): the configuration a speedup is measured against."""
+        inst = self.instance
+        return self.baseline.apply(ExperimentConfiguration(grid=inst.grid_dim, block=inst.block_dim,
+                                                           shared_mem=inst.shared_mem))
+
+    def linked(self, internalize: bool = True):
+        """The kernel's linked, pruned IR; `internalize=False` keeps its helpers' linkage (an rdc app's code)."""
+        if internalize not in self._linked:
+            from mneme.ir import link_modules
+
             t0 = time.perf_counter()
-            self._linked = self.record.link_llvm_modules(prune=True, internalize=True)
+            if internalize:
+                mod = self.record.link_llvm_modules(prune=True, internalize=True)
+            else:
+                mod = link_modules(self.record.checked_modules(), self.kernel_name, prune=True, internalize=False)
+            self._linked[internalize] = mod
+            if self._static_hash is not None:
+                return mod
             # The code hash (the compile cache's key) extends the static hash of the IR actually compiled, never
             # the DB's word for it: IR that differs from what was recorded must not be served recorded code.
-            self._static_hash = ir_static_hash(self._linked, self.kernel_name)
+            # Linkage does not enter it, so both links hash alike (the code hash tells them apart).
+            self._static_hash = ir_static_hash(mod, self.kernel_name)
             if self.record.static_hash != self._static_hash and len(self.record.static_hash) == 64:
                 raise RecordError(
                     f"{self.record_db}: its IR module(s) {', '.join(self.record.llvm_files)} hash to static hash "
@@ -147,7 +173,7 @@ class ReplayPipeline:
                     "changed after recording or belongs to another kernel; restore it or record again"
                 )
             self.link_time = time.perf_counter() - t0
-        return self._linked
+        return self._linked[internalize]
 
     def arg_values(self) -> Dict[int, bytes]:
         """Recorded bytes of the parameters the DB allows to specialize (the prologue's argument buffer)."""
@@ -176,7 +202,7 @@ class ReplayPipeline:
 
     def compile(self, config: ExperimentConfiguration, keep_ll: bool = False) -> CompiledKernel:
         self.check_config(config)
-        linked = self.linked()
+        linked = self.linked(config.internalize)
         return compile_kernel(
             linked,
             self.kernel_name,
@@ -186,6 +212,7 @@ class ReplayPipeline:
             arg_values=self.arg_values() if config.specialize else None,
             cache=self.cache,
             keep_ll=keep_ll,
+            no_inline=self.record.extra.get("OtherUnitFunctions") or (),
         )
 
     def new_result(self, config: ExperimentConfiguration) -> ExperimentResult:

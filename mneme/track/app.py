@@ -34,25 +34,36 @@ class Target:
     db: str
     record: Any  # RecordedExecution
     instance: Any  # KernelInstance
+    #: the baseline's code: app-build or mneme-defaults (record.baseline; mneme.ir.appbuild)
+    baseline_kind: str = "app-build"
 
     @property
     def kernel(self) -> str:
         return self.record.demangled_name or self.record.kernel_name
 
     @functools.cached_property
-    def baseline(self) -> ExperimentConfiguration:
-        """The recorded launch at default<O3>, as the replay pipeline defines it."""
+    def _pipeline(self):
         from mneme.replay.pipeline import ReplayPipeline
 
-        return ReplayPipeline(self.db, self.instance.dynamic_hash, device_id=None).baseline_config()
+        return ReplayPipeline(self.db, self.instance.dynamic_hash, device_id=None, baseline=self.baseline_kind)
+
+    @functools.cached_property
+    def baseline(self) -> ExperimentConfiguration:
+        """The recorded launch compiled as the app was built (or mneme's defaults), as `mneme replay` does."""
+        return self._pipeline.baseline_config()
+
+    @property
+    def code(self):
+        """Which code the baseline compiles, and why (mneme.ir.appbuild.Baseline)."""
+        return self._pipeline.baseline
 
 
 @functools.lru_cache(maxsize=64)
-def _load(db: str, record_id: Optional[str]) -> Target:
+def _load(db: str, record_id: Optional[str], baseline: str = "app-build") -> Target:
     from mneme.record.db import RecordedExecution
 
     record = RecordedExecution.from_json(db)
-    return Target(db, record, record.instance(record_id))
+    return Target(db, record, record.instance(record_id), baseline)
 
 
 def target(cfg: Any) -> Target:
@@ -60,7 +71,8 @@ def target(cfg: Any) -> Target:
         raise ConfigurationError(
             "record.db is not set: pass record.db=PATH/<static-hash>.json (a record DB written by `mneme record`)"
         )
-    return _load(str(Path(str(cfg.record.db)).resolve()), cfg.record.id or None)
+    return _load(str(Path(str(cfg.record.db)).resolve()), cfg.record.id or None,
+                 str(cfg.record.get("baseline") or "app-build"))
 
 
 def experiment(cfg: Any) -> Tuple[Target, ExperimentConfiguration, MeasurementSettings]:
@@ -193,7 +205,7 @@ def run(cfg: Any) -> Dict[str, Any]:
         config=config, settings=settings, result=result, baseline_ns=baseline_ns, kernel=tgt.kernel,
         static_hash=tgt.record.static_hash, dynamic_hash=tgt.instance.dynamic_hash,
         artifacts=kernel_artifacts(compiled) if keep else {}, compile_cache=cache_dir if keep else None,
-        config_yaml=OmegaConf.to_yaml(cfg), tags={"mneme.mode": cfg.mode},
+        config_yaml=OmegaConf.to_yaml(cfg), tags={"mneme.mode": cfg.mode, "mneme.baseline": tgt.code.describe()},
         extra_metrics=derived,
     )
     if sweep is not None:
@@ -257,7 +269,8 @@ def summary_line(tgt: Target, config: ExperimentConfiguration, result: Experimen
     stats = time_stats(result.exec_time)
     head = f"{tgt.kernel} [{config.hash()[:12]}] {result.status or ('failed' if result.failed else 'compiled')}"
     parts = [f"block={config.block} grid={config.grid} passes={config.passes} codegen_opt={config.codegen_opt}"
-             + (" specialize" if config.specialize else "") + (" launch_bounds" if config.set_launch_bounds else "")]
+             + (" specialize" if config.specialize else "") + (" launch_bounds" if config.set_launch_bounds else "")
+             + f" baseline={tgt.code.kind}"]
     if stats:
         parts.append(f"median={stats['median'] / 1000:.2f} µs")
     parts.append(f"regs={result.reg_usage} lmem={result.local_mem_usage} size={result.obj_size}")

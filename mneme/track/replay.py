@@ -47,7 +47,9 @@ def log_replay(
         name=f"replay {kernel}", config=config, settings=settings, result=result, role="replay",
         baseline_ns=baseline_ns, kernel=kernel, static_hash=record.static_hash,
         dynamic_hash=getattr(pipeline, "record_id", ""), artifacts=kernel_artifacts(compiled),
-        tags={"mneme.record_db": os.path.abspath(pipeline.record_db), **(tags or {})},
+        tags={"mneme.record_db": os.path.abspath(pipeline.record_db),
+              **({"mneme.baseline": pipeline.baseline.describe()} if hasattr(pipeline, "baseline") else {}),
+              **(tags or {})},
     ))
     run_id = tracker.run_id(key)
     tracker.close()

@@ -31,20 +31,24 @@ class LaunchDims:
 
 
 def _replay_schema() -> type:
+    from mneme.ir.appbuild import CODE_FIELDS
+
     hints = typing.get_type_hints(ExperimentConfiguration)
     spec = []
     for f in dataclasses.fields(ExperimentConfiguration):
         if hints[f.name] is dim3:
             spec.append((f.name, LaunchDims, field(default_factory=LaunchDims)))
-        elif f.name == "shared_mem":
-            spec.append((f.name, Optional[int], field(default=None)))
+        elif f.name == "shared_mem" or f.name in CODE_FIELDS:  # None: as recorded / as the baseline compiles it
+            spec.append((f.name, Optional[hints[f.name]], field(default=None)))
         elif f.default is not dataclasses.MISSING:
             spec.append((f.name, hints[f.name], field(default=f.default)))
         else:
             spec.append((f.name, hints[f.name], field(default_factory=f.default_factory)))
     cls = dataclasses.make_dataclass("ReplayConf", spec)
     cls.__module__ = __name__
-    cls.__doc__ = "ExperimentConfiguration as a Hydra node (launch fields default to the recorded launch)."
+    cls.__doc__ = ("ExperimentConfiguration as a Hydra node (launch fields default to the recorded launch, the code "
+                   "fields of mneme.ir.appbuild to the baseline's code: the app's build unless record.baseline says "
+                   "mneme-defaults).")
     return cls
 
 
@@ -63,6 +67,9 @@ class RecordConf:
     dir: str = "records"
     #: `+experiment=record`: extra `mneme record` flags, e.g. ["--va-size", "8"]
     args: List[str] = field(default_factory=list)
+    #: the baseline's code (replay.* code keys left null take it): app-build (as the app was built, recorded by
+    #: `mneme cc`/`mneme nvcc`) or mneme-defaults (default<O3>, whole program)
+    baseline: str = "app-build"
 
 
 @dataclass
@@ -178,6 +185,9 @@ def configuration(replay: Any, recorded: Optional[ExperimentConfiguration] = Non
         data[name] = {a: (rec_v if axes.get(a) is None else int(axes[a])) for a, rec_v in zip("xyz", rec)}
     if data.get("shared_mem") is None:
         data["shared_mem"] = int(base.shared_mem)
+    for name, value in list(data.items()):
+        if value is None and name not in ("grid", "block"):
+            data[name] = getattr(base, name)  # code fields left null: the baseline's (mneme.ir.appbuild)
     return ExperimentConfiguration.from_dict(data)
 
 
@@ -227,7 +237,8 @@ def tune_options(cfg: Any, **extra: Any):
         launch_safety=space.launch_safety, passes=list(_plain(space.passes) or []), pipeline_file=space.pipeline_file,
         space_module=space.module, space_args=dict(_plain(space.args) or {}), track=bool(cfg.tracking.enabled),
         compile_timeout=float(ex.compile_timeout), run_timeout=ex.run_timeout, cache_dir=ex.cache_dir,
-        backend=ex.backend, derived=[str(d) for d in _plain(cfg.get("metrics")) or []], **extra,
+        backend=ex.backend, derived=[str(d) for d in _plain(cfg.get("metrics")) or []],
+        baseline=str(cfg.record.get("baseline") or "app-build"), **extra,
     )
 
 

@@ -25,6 +25,7 @@ GROUPS: Dict[str, tuple] = {
     "specialize": ("specialize",),
     "specialize_dims": ("specialize_dims",),
     "launch_bounds": ("set_launch_bounds", "max_threads", "min_blocks_per_sm"),
+    "internalize": ("internalize",),
     **{k: (k,) for k in KNOB_DEFAULTS},
 }
 

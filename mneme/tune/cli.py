@@ -90,6 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--no-track", action="store_true", help="do not log to MLflow")
     a("--dry-run", "--print-space", dest="dry_run", action="store_true", help="print the space and the plan; run nothing")
     a("--baseline-only", action="store_true", help="measure the baseline, write the results, stop")
+    a("--baseline", choices=("app-build", "mneme-defaults"), default="app-build",
+      help="the baseline's code: as the app was built (default; the space keeps mneme's defaults as a point) or "
+           "mneme's defaults")
     a("--report-only", action="store_true", help="write the results directory from the study storage; run nothing")
     a("--json", action="store_true", help="print the summary as JSON")
     a("--no-attribute", dest="attribute", action="store_false",
@@ -121,7 +124,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         space_module=args.space_module, space_args=parse_space_args(args.space_arg), output=args.output,
         track=not args.no_track, compile_timeout=args.compile_timeout, stale_after=args.stale_after,
         max_inflight=args.max_inflight, cache_dir=args.cache_dir, progress=not args.quiet,
-        attribute=args.attribute, derived=list(args.derived),
+        attribute=args.attribute, derived=list(args.derived), baseline=args.baseline,
     )
     if args.backend:
         o.backend = args.backend
@@ -185,6 +188,8 @@ def _print_plan(plan: dict) -> None:
     print(f"kernel   {plan['record']['kernel']} (instance {plan['record']['dynamic_hash']})")
     b = plan["baseline"]
     print(f"baseline grid {tuple(b['grid'].values())} block {tuple(b['block'].values())} shared {b['shared_mem']} {b['passes']}")
+    if plan.get("baseline_code"):
+        print(f"baseline code: {plan['baseline_code']['description']}")
     print(f"space    {sp['name']}: {sp['size'] if sp['size'] is not None else 'infinite'} points")
     for name, dom in sp["dimensions"].items():
         print(f"  {name:<18} {json.dumps(dom)[:150]}")

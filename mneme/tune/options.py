@@ -26,7 +26,7 @@ EXIT_CODES = {
     1: "internal error (a bug: the traceback says where); the study can be resumed",
     EXIT_USAGE: "usage or configuration error (bad flag, unknown space or sampler, unreadable record, refused resume)",
     EXIT_ALL_FAILED: "every trial failed",
-    EXIT_BASELINE_FAILED: "the baseline (recorded configuration at default<O3>) failed",
+    EXIT_BASELINE_FAILED: "the baseline (recorded configuration, compiled as the app was built) failed",
     EXIT_NO_DEVICE: "no GPU worker could start",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); the study can be resumed with --resume",
 }
@@ -78,6 +78,8 @@ class TuneOptions:
     attribute: bool = True
     #: derived metrics, `NAME = EXPRESSION` over the kernel's scalar arguments and the time (mneme.tune.derived)
     derived: List[str] = field(default_factory=list)
+    #: the baseline's code: "app-build" (as the app was built, mneme.ir.appbuild) or "mneme-defaults"
+    baseline: str = "app-build"
 
     def settings(self) -> MeasurementSettings:
         return MeasurementSettings(

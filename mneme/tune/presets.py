@@ -1,7 +1,7 @@
 """The built-in search spaces (`--space NAME`).
 
 - ``quick``: a few block sizes along the recorded block's main axis x {default<O3>, default<O2>}; a smoke test.
-- ``launch``: every launch candidate of the recorded geometry (see mneme.tune.launch), compiled at default<O3>.
+- ``launch``: every launch candidate of the recorded geometry (see mneme.tune.launch), compiled as the baseline is (the app's build).
 - ``compiler``: the recorded launch; pipeline (the default ones and custom ones), codegen level 0-3,
   specialization of arguments and of launch dimensions, launch bounds with max-threads and min-blocks ranges,
   and every code knob (mneme/ir/knobs.py), FMA contraction and fast math included (these round differently:
@@ -12,8 +12,9 @@
 - ``full``: launch candidates and every compiler knob, including pipelines drawn pass by pass.
 
 Parameter names are the replay-configuration field names they set, plus ``launch`` (a block shape key such as
-``256x1x1``; the grid and shared memory follow from it) and ``bounds_slack`` (launch-bound max threads as a
-multiple of the block's threads).
+``256x1x1``; the grid and shared memory follow from it), ``bounds_slack`` (launch-bound max threads as a
+multiple of the block's threads) and, in every preset, ``code`` (app-build | mneme-defaults: the code the other
+knobs apply over) where the baseline compiles the app's build and that differs from mneme's defaults.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Callable, Dict, List
 
 from mneme.config import MAX_THREADS_PER_BLOCK, ExperimentConfiguration, dim3
 from mneme.errors import ConfigurationError
+from mneme.ir.appbuild import APP_BUILD, MNEME_CODE, MNEME_DEFAULTS
 from mneme.tune.launch import LaunchShape, launch_candidates
 from mneme.tune.params import (
     BaseParam,
@@ -87,6 +89,8 @@ class PresetSpace(SearchSpace):
     def derived(self, params: Dict[str, Any]) -> ExperimentConfiguration:
         base = self.ctx.baseline
         cfg = replace(base, grid=dim3.from_dict(base.grid), block=dim3.from_dict(base.block))
+        if params.get("code") == MNEME_DEFAULTS:  # mneme's own code as a point of the search (mneme.ir.appbuild)
+            cfg = replace(cfg, **MNEME_CODE)
         if "launch" in params:
             shape = self.shapes[params["launch"]]
             cfg.block, cfg.grid, cfg.shared_mem = dim3.from_dict(shape.block), dim3.from_dict(shape.grid), shape.shared_mem
@@ -210,7 +214,7 @@ PRESETS: Dict[str, Callable] = {
 PRESET_HELP = {
     "quick": "a few block sizes x {O3, O2}: a smoke test",
     "standard": "launch candidates x O1-O3 x specialization x launch bounds",
-    "launch": "launch candidates of the recorded geometry at default<O3>",
+    "launch": "launch candidates of the recorded geometry, compiled as the app was built",
     "compiler": "recorded launch; pipelines, codegen level, specialization, launch bounds",
     "full": "everything, including pipelines drawn pass by pass",
 }
@@ -225,7 +229,19 @@ def preset_space(name: str, ctx: SpaceContext) -> PresetSpace:
             f"unknown search space {name!r}; choose one of {', '.join(PRESETS)} (or --space-module MODULE:CLASS)"
         ) from None
     dims, shapes = build(ctx)
+    code = code_param(ctx)
+    if code is not None:
+        dims.append(code)
     return PresetSpace(ctx, name, {p.name: p for p in dims}, shapes)
+
+
+def code_param(ctx: SpaceContext):
+    """`code` in {app-build, mneme-defaults} when the baseline compiles the app's build and that differs from
+    mneme's defaults: the search keeps mneme's own code as a point (its knobs then apply over it)."""
+    b = ctx.code
+    if b is None or b.kind != APP_BUILD or not b.differs_from_mneme:
+        return None
+    return CategoricalParam("code", [APP_BUILD, MNEME_DEFAULTS])
 
 
 def uses_pipelines(space: SearchSpace) -> bool:

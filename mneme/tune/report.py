@@ -2,7 +2,7 @@
 
     config.json     the tuning options and the record they searched
     space.json      the search space (dimensions, domains, launch candidates)
-    baseline.json   the recorded configuration at default<O3> and its result
+    baseline.json   the recorded configuration compiled as the app was built (or mneme's defaults), its result and code
     trials.jsonl    one line per trial: number, state, status, params, configuration, values, result
     verified.csv    verified trials sorted by time (compiled.csv, by the objective, without a GPU)
     best.json/.yaml the best configuration, its result, speedup and spread
@@ -83,6 +83,8 @@ class StudyReport:
     baseline_config: Optional[ExperimentConfiguration]
     baseline_result: Optional[ExperimentResult]
     baseline_ns: Optional[float]
+    #: which code the baseline compiled (mneme.ir.appbuild.Baseline.to_dict); None for older studies
+    baseline_code: Optional[Dict[str, Any]] = None
 
     @property
     def options(self) -> Dict[str, Any]:
@@ -120,7 +122,7 @@ def load_report(study) -> StudyReport:
         "directions": [d.name.lower() for d in study.directions],
     }
     rows = [row_of(t) for t in study.get_trials(deepcopy=False)]
-    return StudyReport(study.study_name, meta, rows, objective, bconf, bres, base.get("metric_ns"))
+    return StudyReport(study.study_name, meta, rows, objective, bconf, bres, base.get("metric_ns"), base.get("code"))
 
 
 # -- the best configuration, three ways ------------------------------------------------------------
@@ -146,6 +148,9 @@ def replay_command(record_db: str, record_id: Optional[str], config: ExperimentC
         argv += ["--iterations", str(iterations)]
     if warmup is not None:
         argv += ["--warmup", str(warmup)]
+    if not c.internalize:
+        argv.append("--no-internalize")
+    argv += ["--baseline", "mneme-defaults"]  # the flags above are absolute: set against mneme's defaults
     argv.append(c.passes)
     return " ".join(shlex.quote(a) for a in argv)
 
@@ -179,6 +184,16 @@ KNOB_BUILD = {
     "max_regs": lambda v: f"`-maxrregcount={v}` (nvcc) / `-Xcuda-ptxas --maxrregcount={v}` (clang)",
     "dlcm": lambda v: f"`-Xptxas -dlcm={v}` (nvcc) / `-Xcuda-ptxas -dlcm={v}` (clang)",
     "expensive_opts": lambda v: "`-Xptxas --allow-expensive-optimizations=true`",
+    "whole_program": lambda v: ("whole-program device code: drop `-rdc=true` (nvcc) / `-fgpu-rdc` (clang), or add "
+                                "`-dlto`" if v else "relocatable device code: `-rdc=true` (nvcc) / `-fgpu-rdc` (clang)"),
+    "prec_div": lambda v: ("`--prec-div=true` (nvcc) / no `-nvptx-prec-divf32=0` (clang)" if v else
+                           "`--prec-div=false` (nvcc) / `-Xarch_device -mllvm -Xarch_device -nvptx-prec-divf32=0` (clang)"),
+    "contract_all": lambda v: ("`-ffp-contract=fast` (clang's CUDA default) / `--fmad=true` (nvcc)" if v else
+                               "`-ffp-contract=on` (clang)"),
+    "cross_unit_inline": lambda v: ("`-dlto` (nvcc) / `-foffload-lto` (clang): device code linked as one module" if v
+                                    else "separate compilation: `-rdc=true` without `-dlto`"),
+    "prec_sqrt": lambda v: ("`--prec-sqrt=true` (nvcc) / `-Xarch_device -mllvm -Xarch_device "
+                            "-nvvm-reflect-add=__CUDA_PREC_SQRT=1` (clang)" if v else "`--prec-sqrt=false` (nvcc)"),
 }
 
 
@@ -226,7 +241,7 @@ def build_changes(config: ExperimentConfiguration, baseline: Optional[Experiment
 
     for name, default in KNOB_DEFAULTS.items():
         v = getattr(c, name)
-        if v != default and v != getattr(b, name):
+        if v != getattr(b, name):  # also a knob set back to mneme's default that the app's build had changed
             out.append(f"Compile with {KNOB_BUILD[name](v)} ({name}={v!r}).")
     if not out:
         out.append("Nothing: the recorded configuration is the best one found.")
@@ -319,6 +334,7 @@ def summarize(rep: StudyReport) -> Dict[str, Any]:
             "config": rep.baseline_config.to_dict(), "status": rep.baseline_result.status if rep.baseline_result else None,
             "metric_ns": rep.baseline_ns, "times": time_stats(rep.baseline_result.exec_time) if rep.baseline_result else {},
             "registers": rep.baseline_result.reg_usage if rep.baseline_result else None,
+            "code": rep.baseline_code,
         }
     best = rep.best()
     if best is not None:
@@ -386,6 +402,8 @@ def summary_text(summary: Dict[str, Any]) -> str:
     b = summary.get("baseline")
     if b:
         lines.append(f"baseline (recorded launch, {b['config']['passes']}): {b['status']}, {_fmt_ns(b['metric_ns'])}")
+        code = b.get("code") or {}
+        lines.append(f"baseline code: {code.get('description') or 'mneme-defaults (the study predates recorded builds)'}")
     best = summary.get("best")
     if best:
         sp = best.get("speedup")
@@ -431,6 +449,7 @@ def write_results(study, out_dir: str) -> Dict[str, Any]:
         dump("baseline.json", {
             "config": rep.baseline_config.to_dict() if rep.baseline_config else None,
             "result": rep.baseline_result.to_dict() if rep.baseline_result else None, "metric_ns": rep.baseline_ns,
+            "code": rep.baseline_code,
         }),
     ]
     p = out / "trials.jsonl"

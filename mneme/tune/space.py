@@ -34,8 +34,8 @@ Reasons = Union[bool, List[str], Tuple[str, ...], None]
 
 @dataclass
 class SpaceContext:
-    """What a space may know about the kernel it searches: the baseline (recorded launch, default<O3>), the
-    record, and the user's choices that shape presets."""
+    """What a space may know about the kernel it searches: the baseline (recorded launch, compiled as the app
+    was built: `code`), the record, and the user's choices that shape presets."""
 
     baseline: ExperimentConfiguration
     record: Any = None  # mneme.record.db.RecordedExecution
@@ -46,6 +46,8 @@ class SpaceContext:
     max_launch_candidates: int = 128
     #: what the kernel's IR says about its launch (mneme.ir.launchsafety.LaunchFacts); None: not analyzed
     launch_facts: Any = None
+    #: which code `baseline` compiles (mneme.ir.appbuild.Baseline); None: mneme's defaults
+    code: Any = None
 
     def launch_rules(self):
         """The block-shape rules of the kernel's code for the recorded block (None when not analyzed)."""

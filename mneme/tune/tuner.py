@@ -52,17 +52,25 @@ def read_pipelines(passes: List[str], pipeline_file: Optional[str]) -> List[str]
     return list(dict.fromkeys(out))
 
 
-def recorded_baseline(record_db: str, record_id: str) -> ExperimentConfiguration:
-    """The recorded launch at default<O3>, as the replay pipeline defines it (reads the record, compiles nothing)."""
-    return recorded_launch(record_db, record_id)[0]
+def recorded_baseline(record_db: str, record_id: str, baseline: str = "app-build") -> ExperimentConfiguration:
+    """The recorded launch compiled as the app was built, as the replay pipeline defines it (compiles nothing)."""
+    return recorded_launch(record_db, record_id, baseline=baseline)[0]
 
 
-def recorded_launch(record_db: str, record_id: str, analyze: bool = False) -> Tuple[ExperimentConfiguration, Any, str]:
+def baseline_code(record_db: str, record_id: str, baseline: str = "app-build"):
+    """Which code the baseline compiles (mneme.ir.appbuild.Baseline) for the record's instance."""
+    from mneme.replay.pipeline import ReplayPipeline
+
+    return ReplayPipeline(record_db, record_id, device_id=None, baseline=baseline).baseline
+
+
+def recorded_launch(record_db: str, record_id: str, analyze: bool = False,
+                    baseline: str = "app-build") -> Tuple[ExperimentConfiguration, Any, str]:
     """(baseline, LaunchFacts or None, why there are none): with `analyze`, the kernel's linked IR is read for
     the launch quantities its code depends on (mneme.ir.launchsafety)."""
     from mneme.replay.pipeline import ReplayPipeline
 
-    rp = ReplayPipeline(record_db, record_id, device_id=None)
+    rp = ReplayPipeline(record_db, record_id, device_id=None, baseline=baseline)
     if not analyze:
         return rp.baseline_config(), None, "not asked"
     from mneme.ir.launchsafety import analyze_launch
@@ -101,7 +109,9 @@ class Tuner:
         self.objective = Objective.of(o.objective, o.metric, o.sampler)
         self.record = RecordedExecution.from_json(o.record_db)
         self.instance = self.record.instance(o.record_id)
-        self.baseline, facts, no_facts = recorded_launch(o.record_db, self.instance.dynamic_hash, analyze=True)
+        self.baseline, facts, no_facts = recorded_launch(o.record_db, self.instance.dynamic_hash, analyze=True,
+                                                         baseline=o.baseline)
+        self.code = baseline_code(o.record_db, self.instance.dynamic_hash, o.baseline)
         self.pipelines = read_pipelines(o.passes, o.pipeline_file)
         if self.pipelines:
             from mneme.ir import parse_pipeline
@@ -109,7 +119,7 @@ class Tuner:
             for p in self.pipelines:
                 parse_pipeline(p)  # a typo fails here, naming the valid passes, not as N compile errors
         ctx = SpaceContext(self.baseline, self.record, self.instance, o.launch_safety, self.pipelines,
-                           launch_facts=facts)
+                           launch_facts=facts, code=self.code)
         self.space: SearchSpace = (
             build_user_space(o.space_module, ctx, o.space_args) if o.space_module else preset_space(o.space, ctx)
         )
@@ -119,7 +129,7 @@ class Tuner:
         self.study_name = o.study or f"{_slug(kernel.split('(')[0])}-{self.instance.dynamic_hash[:12]}-{_slug(self.space.name, 24)}"
         self.out_dir = str(Path(o.output or Path("mneme-tune") / self.study_name))
         self.storage_url = st.storage_url(o.storage, self.out_dir)
-        self.notes: List[str] = []
+        self.notes: List[str] = [f"baseline code: {n}" for n in self.code.notes]
         if facts is None:
             self.notes.append(f"no launch analysis: {no_facts}; launch candidates follow --launch-safety alone")
         if self.pipelines and not uses_pipelines(self.space):
@@ -143,7 +153,8 @@ class Tuner:
             "study": self.study_name, "storage": st.redacted(self.storage_url), "output": self.out_dir,
             "record": {"db": o.record_db, "kernel": self.record.demangled_name or self.record.kernel_name,
                        "static_hash": self.record.static_hash, "dynamic_hash": self.instance.dynamic_hash},
-            "baseline": self.baseline.to_dict(), "space": self.space.describe(), "sampler": o.sampler,
+            "baseline": self.baseline.to_dict(), "baseline_code": self.code.to_dict(),
+            "space": self.space.describe(), "sampler": o.sampler,
             "objective": self.objective.describe(), "trials": o.trials,
             "devices": "all visible" if o.devices is None else (o.devices or "none (compile only)"),
             "compile_jobs": o.compile_jobs or "CPU count", "notes": self.notes,
@@ -308,7 +319,7 @@ class Tuner:
         else:
             result = self.executor.evaluate(self.baseline)
             self.study.set_user_attr(st.A_BASELINE, {
-                "config": self.baseline.to_dict(), "result": result.to_dict(),
+                "config": self.baseline.to_dict(), "result": result.to_dict(), "code": self.code.to_dict(),
                 "metric_ns": metric_ns(result.exec_time, self.o.metric) if succeeded(result, False) else None,
             })
         ok = succeeded(result, self.objective.device_less)

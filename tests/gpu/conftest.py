@@ -99,6 +99,12 @@ def _record_all(table: Dict[str, List[str]], root: Path) -> Dict[str, Recording]
 
 
 @pytest.fixture(scope="session")
+def recorder():
+    """`record(name, argv, root, *flags)` for tests that record example apps of their own."""
+    return record
+
+
+@pytest.fixture(scope="session")
 def small_recordings(tmp_path_factory) -> Dict[str, Recording]:
     return _record_all(SMALL, tmp_path_factory.mktemp("rec-small"))
 
