@@ -43,6 +43,8 @@ class KernelIR:
     param_sizes: List[int] = field(default_factory=list)
     #: how the app's build compiled the kernel's module (mneme.cc.embedded.build_settings)
     build: Dict[str, object] = field(default_factory=dict)
+    #: which parameters are texture/surface handles (mneme.ir.textures.TextureUses), or None
+    textures: Optional[object] = None
 
 
 def uses_textures(ir_text: str) -> bool:
@@ -149,7 +151,10 @@ class IRIndex:
             # relocatable device code: other translation units define what is still missing
             everyone = own + [(m.name, m.bitcode) for s, m in self.modules.items() if s not in self.defined_in[kernel][:1]]
             mod, used = extract_kernel_closure(everyone, kernel)
+        from mneme.ir.textures import texture_uses
+
         params = kernel_params(mod, kernel)
+        tex = texture_uses(mod, kernel) if uses_textures(str(mod)) else None
         masked: List[Masked] = []
         for p in params:
             for off, n in list(p.pointer_ranges) + padding_ranges(mod, p):
@@ -165,12 +170,14 @@ class IRIndex:
             bitcode=bitcode,
             arg_names=arg_names(mod, kernel),
             arg_kinds=[p.kind for p in params],
-            specializations=[bool(p.specializable) for p in params],
+            # a handle baked into the code would name the recorded object, not replay's
+            specializations=[bool(p.specializable) and not (tex and p.index in tex.params) for p in params],
             masked=sorted(masked),
             variables=[g.name for g in module_globals(mod)],
             uses_textures=uses_textures(str(mod)),
             param_sizes=[p.size for p in params],
             build=build_settings(self.modules[self.defined_in[kernel][0]]),
+            textures=tex,
         )
         self._closures[kernel] = info
         return info

@@ -1,6 +1,8 @@
 """The record-DB schema: what a `<static-hash>.json` file may hold, checked with pydantic (v2, strict).
 
-One schema, versioned. Version 2 (written by this mneme) adds the SHA-256 of every file a DB owns
+One schema, versioned. Version 3 (written by this mneme) adds the texture and surface objects an
+instance's arguments hold (`InstanceAttributes.<hash>.Textures`): a reader that does not know them would
+replay such a kernel with stale handles, so version-2 readers must refuse these DBs. Version 2 adds the SHA-256 of every file a DB owns
 (`ModuleSha256`, one per `Modules` entry; `PrologueSha256`/`EpilogueSha256` per instance), so readers
 check the bytes before LLVM or the snapshot reader sees them. Version 1 DBs (no hashes) are read through
 `migrate_v1`; their files are checked in other ways (see mneme/record/integrity.py). docs/RECORD_DB.md
@@ -17,9 +19,9 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: versions this mneme reads (older ones through a migration)
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Hash64 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
@@ -62,6 +64,26 @@ class Instance(_Open):
     InAppTimesNs: List[TimeNs] = []
 
 
+class TextureArg(_Strict):
+    """A texture or surface object one argument holds (version 3); replay recreates it from the prologue's
+    records and passes the new handle at `Offset` of the argument buffer."""
+
+    Param: Count
+    Offset: Count
+    Handle: Annotated[str, Field(pattern=r"^0x[0-9a-f]{1,16}$")]
+    Kind: Literal["texture", "surface"]
+    Resource: Literal["array", "mipmapped", "linear", "pitch2d"]
+    Format: str
+    Channels: Count
+    Dims: Annotated[List[Count], Field(min_length=3, max_length=3)]
+    Levels: Count = 0
+    Flags: Count = 0
+    #: bytes of array contents in each snapshot (0 for linear and pitched memory, which blobs hold)
+    Bytes: Count = 0
+    #: the kernel stores to it (surface writes): its contents are verified after a replay
+    Written: bool = False
+
+
 class LaunchAttributes(_Open):
     Api: str = ""
     MaskedBytes: List[Annotated[List[Count], Field(min_length=2, max_length=2)]] = []  # [offset, length]
@@ -71,12 +93,13 @@ class LaunchAttributes(_Open):
     SnapshotBytes: Count = 0
     Cluster: Optional[List[Count]] = None
     Cooperative: bool = False
+    Textures: List[TextureArg] = []
 
 
 class RecordDB(_Open):
     """A record DB of the current version."""
 
-    SchemaVersion: Literal[2]
+    SchemaVersion: Literal[3]
     StaticHash: Hash64
     KernelName: Annotated[str, Field(min_length=1)]
     DemangledName: str = ""
@@ -119,6 +142,12 @@ class RecordDB(_Open):
         return self
 
 
+class RecordDBV2(RecordDB):
+    """Version 2: as version 3 without texture objects (a version-2 DB never marks such a kernel replayable)."""
+
+    SchemaVersion: Literal[2]
+
+
 class InstanceV1(Instance):
     PrologueSha256: Optional[Sha256] = None
     EpilogueSha256: Optional[Sha256] = None
@@ -132,7 +161,7 @@ class RecordDBV1(RecordDB):
     instances: Dict[DynamicHash, InstanceV1]
 
 
-MODELS = {1: RecordDBV1, 2: RecordDB}
+MODELS = {1: RecordDBV1, 2: RecordDBV2, 3: RecordDB}
 
 
 def _path(loc: Tuple[Any, ...]) -> str:
