@@ -80,3 +80,15 @@ def test_replay_puts_its_own_handles_at_the_recorded_offsets():
     assert struct.unpack("<QQQ", out) == (0x1001, BASE, 0x2002)
     with pytest.raises(MnemeError, match="the DB and its snapshots disagree"):
         replay_args(struct.pack("<QQQ", 8, BASE, 9), entries, lambda h: h)
+
+
+def test_a_texture_kernel_compiles_for_replay_with_its_handle_left_a_parameter(app, index, tmp_path):
+    from dataclasses import replace
+
+    from mneme.replay.pipeline import ReplayPipeline
+
+    db, _ = record(app, index, tmp_path, linear)
+    pipe = ReplayPipeline(db.path, device_id=None)
+    r = pipe.compile_only(replace(pipe.baseline_config(), specialize=True))
+    assert r.status == "compiled", r.error
+    assert set(pipe.arg_values()) == {2}, "n is baked in, the handle never"

@@ -34,11 +34,11 @@ SMALL: Dict[str, List[str]] = {
     "cooperative": ["cooperative"],
     "shlib": ["shlib"],
     "driverapi": ["driverapi"],  # cuLaunchKernel from cudaGetDriverEntryPoint: recorded at the driver too
+    "texture": ["texture"],  # texture/surface objects: tests/gpu/test_textures_gpu.py
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {
     "graph": ["graph"],
-    "texture": ["texture"],
     "managed": ["managed"],
 }
 #: sized for timing on an H200
