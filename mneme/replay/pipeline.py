@@ -107,6 +107,7 @@ class ReplayPipeline:
         self._expected: Optional[Snapshot] = None
         self._written = None
         self._textures = None
+        self._surfaces_written = False
         self._launch_args = None
         self._modules: Dict[str, Any] = {}
         self.verifier = None
@@ -275,6 +276,7 @@ class ReplayPipeline:
             self._launch_args = args
             return
         self._textures = Textures(self.device, self._prologue)
+        self._surfaces_written = any(t.get("Written") for t in textures)
         raw = replay_args(bytes(args.raw), textures, self._textures.handle)
         self._launch_args = KernelArgs(raw, args.offsets, args.sizes)
 
@@ -332,8 +334,8 @@ class ReplayPipeline:
             args = self.launch_args
             self._state.plan_resets(self._written, mod)
             self._state.reset_written(None, mod)
-            if self._textures is not None:
-                self._textures.reset()  # arrays a surface wrote in an earlier run
+            if self._surfaces_written:
+                self._textures.reset()  # arrays a surface wrote in an earlier run (timed runs only overwrite them)
             fn.launch(config.grid, config.block, config.shared_mem, args)
             r.executed = True
             verdict = self.verifier.judge(mod)
