@@ -92,3 +92,18 @@ def test_a_texture_kernel_compiles_for_replay_with_its_handle_left_a_parameter(a
     r = pipe.compile_only(replace(pipe.baseline_config(), specialize=True))
     assert r.status == "compiled", r.error
     assert set(pipe.arg_values()) == {2}, "n is baked in, the handle never"
+
+
+def test_an_array_that_differs_is_named_with_its_first_values():
+    from mneme.record.verdict import Verdict, buffer_verdict
+    from mneme.record.verification import BufferPolicy
+    from mneme.snapshot import Check
+
+    expected = struct.pack("<8f", *range(8))
+    actual = bytearray(expected)
+    actual[4:8] = struct.pack("<f", 9.0)
+    p = BufferPolicy(("array", 0x55), 0x55, 32, name="4x2", elem="f32", elem_source="the array's format",
+                     checks=[Check("array", 0x55, 0x55, 0, 32, "f32")])
+    text = str(Verdict(passed=False, buffers=[buffer_verdict(p, memoryview(expected), memoryview(bytes(actual)))]))
+    assert "FAIL array 0x55 (4x2, f32 from the array's format, 32 B)" in text
+    assert "[1] expected 1 got 9" in text
