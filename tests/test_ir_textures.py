@@ -14,6 +14,7 @@ KERNELS = {
     "pick": "_Z4pickyyiPf",
     "from_memory": "_Z11from_memoryPK6HolderPf",
     "no_textures": "_Z11no_texturesxPf",
+    "by_value": "_Z8by_value6Params",
 }
 
 
@@ -45,6 +46,11 @@ def test_handles_read_from_memory_are_named_not_guessed(uses):
     assert not u.params
     text = " ".join(u.from_memory)
     assert "g_tex" in text and "through a pointer" in text and len(u.from_memory) == 2
+
+
+def test_handles_in_a_struct_passed_by_value_are_found_at_their_offsets(uses):
+    u = uses["by_value"]
+    assert u.params == {0: ("tex",)} and u.offsets == {0: (8, 24)} and not u.from_memory
 
 
 def test_a_kernel_without_texture_instructions_has_no_handles(uses):

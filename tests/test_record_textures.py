@@ -107,3 +107,23 @@ def test_an_array_that_differs_is_named_with_its_first_values():
     text = str(Verdict(passed=False, buffers=[buffer_verdict(p, memoryview(expected), memoryview(bytes(actual)))]))
     assert "FAIL array 0x55 (4x2, f32 from the array's format, 32 B)" in text
     assert "[1] expected 1 got 9" in text
+
+
+def test_handles_inside_a_struct_argument_are_entries_at_their_offsets(tmp_path):
+    from mneme.ir.textures import TextureUses
+    from mneme.record.textures import instance_textures
+    from mneme.snapshot import SnapshotType, Writer
+
+    args = struct.pack("<QQiiQ", BASE, 7, 32, 0, 9)  # struct {float *out; tex; int n; tex2;} by value
+    with Writer(tmp_path / "p", SnapshotType.PROLOGUE) as w:
+        w.blob(BASE, bytes(256))
+        linear(w, None)
+        w.texobj(9, resource="linear", dev_ptr=BASE + 128, size_bytes=128, format=F32, channels=1)
+    with Writer(tmp_path / "e", SnapshotType.EPILOGUE) as w:
+        w.blob(BASE, bytes(256))
+    uses = TextureUses(params={0: ("tex",)}, offsets={0: (8, 24)})
+    entries, why = instance_textures(uses, tmp_path / "p", tmp_path / "e", [(0, 32)], args, ["p"])
+    assert not why and [(e["Param"], e["Offset"], e["Handle"]) for e in entries] == [(0, 8, "0x7"), (0, 24, "0x9")]
+    entries, why = instance_textures(uses, tmp_path / "p", tmp_path / "e", [(0, 32)], args[:24] + bytes(8), ["p"])
+    assert why == ["argument 0 (p at byte 24) holds 0x0, which was no live texture or surface object at the launch "
+                   "(created before recording started, or already destroyed)"]

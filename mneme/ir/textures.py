@@ -5,9 +5,10 @@ texture or surface instruction, either an NVVM intrinsic (`llvm.nvvm.tex.*`, `su
 `txq.*`, `suq.*`) or, from clang's CUDA headers, inline PTX (`tex.2d.v4.f32.f32 ..., [$4, {...}]`).
 The handle is the first i64 operand of that call. On an optimized clone (`default<O1>`: the header's
 helpers inlined, allocas promoted) each handle operand is traced back through casts, phis and selects:
-to a kernel parameter (replay substitutes the object it recreates for that argument) or to anything
-else, typically a load from memory (a handle in a `__device__` variable or in a struct behind a
-pointer), which replay cannot follow and reports by name instead of guessing.
+to a kernel parameter, or a field of a struct parameter passed by value (replay substitutes the object
+it recreates for that argument's bytes), or to anything else, typically a load from memory (a handle in
+a `__device__` variable or in a struct behind a pointer), which replay cannot follow and reports by name
+instead of guessing.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ class TextureUses:
     """Texture/surface operations of one kernel: which parameters are handles, and how they are used.
 
     `params` maps a parameter index to the operations it feeds ("tex", "suld", "sust", ...);
-    `from_memory` lists the operations whose handle does not come from a parameter (a readable
-    description each); `writes` are the parameter indices whose surface the kernel writes."""
+    `offsets` the byte offsets of the handles inside each of them (0 for a handle parameter; the fields'
+    offsets for a struct passed by value); `from_memory` lists the operations whose handle does not
+    come from a parameter (a readable description each); `writes` are the parameter indices whose
+    surface the kernel writes."""
 
     params: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
+    offsets: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
     from_memory: Tuple[str, ...] = ()
     writes: Tuple[int, ...] = ()
     analyzed: str = ""
@@ -69,6 +73,7 @@ class _Function:
 
     def __init__(self, fn: llvm.ValueRef) -> None:
         self.args = {str(a): i for i, a in enumerate(fn.arguments)}
+        self.byval = {i for i, a in enumerate(fn.arguments) if any(x.startswith(b"byval(") for x in a.attributes)}
         self.ins: Dict[str, llvm.ValueRef] = {}
         for block in fn.blocks:
             for ins in block.instructions:
@@ -104,7 +109,26 @@ class _Function:
             return [s for o in ops for s in self.sources(o, seen, depth + 1)]
         if op == "select":
             return [s for o in ops[1:] for s in self.sources(o, seen, depth + 1)]
+        if op == "load":
+            fld = self.byval_field(ops[0])
+            if fld is not None:
+                return [("field", fld)]
         return [("ins", x)]
+
+    def byval_field(self, ptr: llvm.ValueRef):
+        """(parameter, byte offset) when `ptr` addresses a field of a struct passed by value, else None."""
+        kind, x = self.resolve(ptr)
+        if kind == "arg":
+            return (x, 0) if x in self.byval else None
+        if kind != "ins" or x.opcode != "getelementptr" or " i8, ptr " not in str(x):
+            return None
+        ops = list(x.operands)
+        base_kind, base = self.resolve(ops[0])
+        if len(ops) != 2 or base_kind != "arg" or base not in self.byval:
+            return None
+        if ops[1].value_kind != llvm.ValueKind.constant_int:
+            return None
+        return base, int(ops[1].get_constant_value(signed_int=True))
 
 
 def _describe(kind: str, src) -> str:
@@ -124,6 +148,7 @@ def texture_uses_of(fn: llvm.ValueRef, analyzed: str = "as given") -> TextureUse
     """TextureUses of one function (the kernel, with its helpers inlined)."""
     f = _Function(fn)
     params: Dict[int, Set[str]] = {}
+    offsets: Dict[int, Set[int]] = {}
     writes: Set[int] = set()
     memory: List[str] = []
     for block in fn.blocks:
@@ -136,16 +161,22 @@ def texture_uses_of(fn: llvm.ValueRef, analyzed: str = "as given") -> TextureUse
                 memory.append(f"`{op}` without an i64 handle operand")
                 continue
             for kind, src in f.sources(handle, set()):
-                if kind != "arg":
+                if kind == "field":
+                    src, off = src
+                elif kind == "arg":
+                    off = 0
+                else:
                     what = f"`{op}` reads {_describe(kind, src)}"
                     if what not in memory:
                         memory.append(what)
                     continue
                 params.setdefault(src, set()).add(op)
+                offsets.setdefault(src, set()).add(off)
                 if op in _WRITE_OPS:
                     writes.add(src)
-    return TextureUses({i: tuple(sorted(ops)) for i, ops in sorted(params.items())}, tuple(memory),
-                       tuple(sorted(writes)), analyzed)
+    return TextureUses({i: tuple(sorted(ops)) for i, ops in sorted(params.items())},
+                       {i: tuple(sorted(o)) for i, o in sorted(offsets.items())}, tuple(memory), tuple(sorted(writes)),
+                       analyzed)
 
 
 def texture_uses(mod: llvm.ModuleRef, kernel: str, pipeline: str = "default<O1>") -> TextureUses:

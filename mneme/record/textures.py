@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from mneme.errors import MnemeError
+from mneme.errors import MnemeError, SnapshotError
 from mneme.snapshot import ARRAY_FORMATS, Snapshot
 
 
@@ -63,45 +63,56 @@ def instance_textures(uses: Any, prologue: Any, epilogue: Any, params: Sequence[
         return [], []
     if capture_error:
         return [], [f"its texture/surface objects could not be recorded: {capture_error}"]
-    pro = prologue if isinstance(prologue, Snapshot) else Snapshot.read(prologue)
-    epi = epilogue if isinstance(epilogue, Snapshot) or epilogue is None else Snapshot.read(epilogue)
+    try:
+        pro = prologue if isinstance(prologue, Snapshot) else Snapshot.read(prologue)
+        epi = epilogue if isinstance(epilogue, Snapshot) or epilogue is None else Snapshot.read(epilogue)
+    except SnapshotError as e:
+        return [], [f"its texture/surface objects cannot be read from its snapshots: {e}"]
     try:
         objs = {o.handle: o for o in pro.texobjs}
         after = {a.handle for a in epi.arrays} if epi is not None else None
         entries, reasons = [], []
-        for i in uses.params:
-            name = arg_names[i] if i < len(arg_names) else f"arg{i}"
-            if i >= len(params) or params[i][1] != 8:
-                reasons.append(f"argument {i} ({name}) is used as a texture/surface handle but is not 8 bytes")
-                continue
-            off = int(params[i][0])
-            (handle,) = struct.unpack_from("<Q", args, off)
-            obj = objs.get(handle)
-            if obj is None:
-                reasons.append(f"argument {i} ({name}) holds 0x{handle:x}, which was no live texture or surface "
-                               "object at the launch (created before recording started, or already destroyed)")
-                continue
-            array = pro.find_array(obj.fields["array"]) if obj.resource in ("array", "mipmapped") else None
-            if obj.resource in ("array", "mipmapped") and array is None:
-                reasons.append(f"argument {i} ({name}): the array behind object 0x{handle:x} is not in the prologue")
-                continue
-            if array is not None and after is not None and array.handle not in after:
-                reasons.append(f"argument {i} ({name}): the epilogue lacks the contents of array 0x{array.handle:x}")
-                continue
-            if array is None:
-                ptr, n = int(obj.fields["dev_ptr"]), _extent(obj.fields)
-                blob = pro.find_blob(ptr)
-                if blob is None or ptr + n > blob.addr + blob.size:
-                    reasons.append(f"argument {i} ({name}): object 0x{handle:x} reads {n} B at 0x{ptr:x}, outside "
-                                   "the memory mneme records (cudaMalloc'd memory of the arena)")
-                    continue
-            entries.append(describe(obj, i, off, array, written=i in uses.writes))
+        for i, fields in ((i, uses.offsets.get(i, (0,))) for i in uses.params):
+            for field_off in fields:
+                entry, why = _one(pro, objs, after, params, args, arg_names, i, field_off, i in uses.writes)
+                if entry is not None:
+                    entries.append(entry)
+                elif why not in reasons:
+                    reasons.append(why)
         return entries, reasons
     finally:
         if pro is not prologue:
             pro.close()
         if epi is not None and epi is not epilogue:
             epi.close()
+
+
+def _one(pro: Any, objs: Dict[int, Any], after: Optional[set], params: Sequence[Sequence[int]], args: bytes,
+         arg_names: Sequence[str], i: int, field_off: int, written: bool) -> Tuple[Optional[Dict[str, Any]], str]:
+    """(DB entry, "") of the handle at `field_off` of parameter i, or (None, why replay cannot recreate it)."""
+    name = arg_names[i] if i < len(arg_names) else f"arg{i}"
+    if field_off:
+        name += f" at byte {field_off}"
+    if i >= len(params) or int(params[i][1]) < field_off + 8:
+        return None, f"argument {i} ({name}) is used as a texture/surface handle but holds no 8 bytes there"
+    off = int(params[i][0]) + field_off
+    (handle,) = struct.unpack_from("<Q", args, off)
+    obj = objs.get(handle)
+    if obj is None:
+        return None, (f"argument {i} ({name}) holds 0x{handle:x}, which was no live texture or surface object at "
+                      "the launch (created before recording started, or already destroyed)")
+    array = pro.find_array(obj.fields["array"]) if obj.resource in ("array", "mipmapped") else None
+    if obj.resource in ("array", "mipmapped") and array is None:
+        return None, f"argument {i} ({name}): the array behind object 0x{handle:x} is not in the prologue"
+    if array is not None and after is not None and array.handle not in after:
+        return None, f"argument {i} ({name}): the epilogue lacks the contents of array 0x{array.handle:x}"
+    if array is None:
+        ptr, n = int(obj.fields["dev_ptr"]), _extent(obj.fields)
+        blob = pro.find_blob(ptr)
+        if blob is None or ptr + n > blob.addr + blob.size:
+            return None, (f"argument {i} ({name}): object 0x{handle:x} reads {n} B at 0x{ptr:x}, outside the memory "
+                          "mneme records (cudaMalloc'd memory of the arena)")
+    return describe(obj, i, off, array, written=written), ""
 
 
 def replay_args(raw: bytes, textures: Sequence[Dict[str, Any]], handle_of) -> bytes:

@@ -27,3 +27,10 @@ __global__ void from_memory(const Holder *h, float *out) {
 }
 
 __global__ void no_textures(long long v, float *out) { out[threadIdx.x] = (float)v; }
+
+// handles inside a struct passed by value: they are in the argument bytes, at the fields' offsets
+struct Params { float *out; cudaTextureObject_t tex; int n; cudaTextureObject_t tex2; };
+__global__ void by_value(Params p) {
+  int i = threadIdx.x;
+  if (i < p.n) p.out[i] = tex1Dfetch<float>(p.tex, i) + tex1Dfetch<float>(p.tex2, i);
+}
