@@ -204,6 +204,54 @@ class Annotation:
     tag: str = ""
 
 
+#: CUarray_format values of the formats snapshots store, by the name `mneme show` uses
+ARRAY_FORMATS = {0x01: "u8", 0x02: "u16", 0x03: "u32", 0x08: "i8", 0x09: "i16", 0x0A: "i32", 0x10: "f16", 0x20: "f32"}
+RESOURCE_TYPES = ("array", "mipmapped", "linear", "pitch2d")
+
+
+@dataclass(frozen=True)
+class Array:
+    """A CUDA array's recorded contents (mn_array): every level, level 0 first, rows packed."""
+
+    handle: int
+    width: int
+    height: int
+    depth: int
+    format: int
+    channels: int
+    flags: int
+    levels: int
+    contents: memoryview = field(repr=False)
+
+    @property
+    def elem(self) -> str:
+        """The channel type as an element type of `compare` ("f32", "u8", ...)."""
+        return ARRAY_FORMATS.get(self.format, "bytes")
+
+
+@dataclass(frozen=True)
+class TexObj:
+    """A texture or surface object (mn_texobj); `fields` holds every field of the C struct by name."""
+
+    handle: int
+    surface: bool
+    resource: str
+    fields: Dict[str, Any] = field(repr=False)
+
+
+_TEXOBJ_FIELDS = ("handle", "array", "dev_ptr", "size_bytes", "width", "height", "pitch", "format", "channels", "kind",
+                  "res_type", "filter_mode", "tex_flags", "max_anisotropy", "mipmap_filter_mode", "mipmap_level_bias",
+                  "min_mipmap_level_clamp", "max_mipmap_level_clamp", "has_view", "view_format", "first_mip",
+                  "last_mip", "first_layer", "last_layer", "view_width", "view_height", "view_depth")
+
+
+def _texobj(t: Any) -> TexObj:
+    f: Dict[str, Any] = {name: getattr(t, name) for name in _TEXOBJ_FIELDS}
+    f["address_mode"] = [int(t.address_mode[i]) for i in range(3)]
+    f["border_color"] = [float(t.border_color[i]) for i in range(4)]
+    return TexObj(int(t.handle), t.kind == 1, RESOURCE_TYPES[t.res_type], f)
+
+
 class Args(Sequence[bytes]):
     """The kernel's parameter buffer: `raw` with each parameter's `offsets` and `sizes`; args[i] is bytes."""
 
@@ -340,6 +388,28 @@ class Snapshot:
         return self._cache["args"]
 
     @property
+    def arrays(self) -> List[Array]:
+        """CUDA arrays behind the texture and surface objects (file order)."""
+        if "arrays" not in self._cache:
+            snap, h = self._snap(), self._handle
+            self._cache["arrays"] = [
+                Array(int(a.handle), int(a.width), int(a.height), int(a.depth), int(a.format), int(a.channels),
+                      int(a.flags), int(a.levels), h.view(a.data, a.size))
+                for a in (snap.arrays[i] for i in range(snap.narrays))]
+        return self._cache["arrays"]
+
+    @property
+    def texobjs(self) -> List[TexObj]:
+        """Texture and surface objects the kernel's arguments named (prologues)."""
+        if "texobjs" not in self._cache:
+            snap = self._snap()
+            self._cache["texobjs"] = [_texobj(snap.texobjs[i]) for i in range(snap.ntexobjs)]
+        return self._cache["texobjs"]
+
+    def find_array(self, handle: int) -> Optional[Array]:
+        return next((a for a in self.arrays if a.handle == handle), None)
+
+    @property
     def has_args(self) -> bool:
         return bool(self._snap().has_args)
 
@@ -458,6 +528,30 @@ class Writer:
         t = tag.encode()[:31]
         ffi.memmove(a.tag, t, len(t))
         self._check(lib.mn_writer_annot(self._w(), a))
+
+    def array(self, handle: int, data: Any, width: int, height: int = 0, depth: int = 0, format: int = 0x20,
+              channels: int = 1, flags: int = 0, levels: int = 0) -> None:
+        """A CUDA array's contents (`data`: mn_array_bytes bytes, every level, rows packed)."""
+        ffi, lib = _native()
+        a = ffi.new("mn_array *")
+        a.handle, a.width, a.height, a.depth = handle, width, height, depth
+        a.format, a.channels, a.flags, a.levels = format, channels, flags, levels
+        ptr, n = _bytes_arg(data)
+        a.size, a.data = n, ptr
+        self._check(lib.mn_writer_array(self._w(), a))
+
+    def texobj(self, handle: int, surface: bool = False, resource: str = "array", **fields: Any) -> None:
+        """A texture or surface object; `fields` are mn_texobj's (array=..., dev_ptr=..., filter_mode=...)."""
+        ffi, lib = _native()
+        t = ffi.new("mn_texobj *")
+        t.handle, t.kind, t.res_type = handle, int(bool(surface)), RESOURCE_TYPES.index(resource)
+        for name, value in fields.items():
+            if name in ("address_mode", "border_color"):
+                for i, v in enumerate(value):
+                    getattr(t, name)[i] = v
+            else:
+                setattr(t, name, value)
+        self._check(lib.mn_writer_texobj(self._w(), t))
 
     @property
     def bytes_written(self) -> int:

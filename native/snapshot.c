@@ -34,6 +34,7 @@
 
 MN_STATIC_ASSERT(sizeof(size_t) == 8, "snapshots need a 64-bit size_t");
 MN_STATIC_ASSERT(sizeof(mn_range) == 16, "mn_range is read in place from the file");
+MN_STATIC_ASSERT(sizeof(mn_texobj) == 176, "mn_texobj is stored in its in-memory layout");
 
 #define FOURCC(a, b, c, d) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
 #define TAG_BLOB FOURCC('B', 'L', 'O', 'B')
@@ -41,6 +42,8 @@ MN_STATIC_ASSERT(sizeof(mn_range) == 16, "mn_range is read in place from the fil
 #define TAG_ARGS FOURCC('A', 'R', 'G', 'S')
 #define TAG_ANNOT FOURCC('A', 'N', 'N', 'O')
 #define TAG_END FOURCC('E', 'N', 'D', ' ')
+#define TAG_ARRAY FOURCC('A', 'R', 'R', 'Y')
+#define TAG_TEXOBJ FOURCC('T', 'E', 'X', 'O')
 
 #define HEADER_SIZE 32u
 #define REC_HEAD 16u
@@ -50,6 +53,8 @@ MN_STATIC_ASSERT(sizeof(mn_range) == 16, "mn_range is read in place from the fil
 #define ARGS_META 16u
 #define ANNOT_SIZE 72u
 #define END_SIZE 16u
+#define ARRAY_META 56u
+#define TEXOBJ_SIZE 176u
 #define ELEM_MAX MN_ELEM_U64
 
 /* ------------------------------------------------------------------ errors */
@@ -622,6 +627,90 @@ int mn_writer_annot(mn_writer *w, const mn_annot *a) {
   return rec_end(w);
 }
 
+/* ------------------------------------------------------------------ arrays and texture objects */
+
+uint32_t mn_format_bytes(uint32_t format) {
+  switch (format) {
+    case 0x01: case 0x08: return 1;            /* UNSIGNED_INT8, SIGNED_INT8 */
+    case 0x02: case 0x09: case 0x10: return 2; /* UNSIGNED_INT16, SIGNED_INT16, HALF */
+    case 0x03: case 0x0a: case 0x20: return 4; /* UNSIGNED_INT32, SIGNED_INT32, FLOAT */
+    default: return 0;
+  }
+}
+
+void mn_array_level_dims(const mn_array *a, uint32_t level, uint64_t dims[3]) {
+  uint64_t w = a->width, h = a->height, d = a->depth;
+  int keep_depth = (a->flags & 0x05u) != 0; /* LAYERED or CUBEMAP: depth counts layers or faces */
+  for (uint32_t l = 0; l < level && l < 64; l++) {
+    w = w > 1 ? w / 2 : w;
+    h = h > 1 ? h / 2 : h;
+    if (!keep_depth) d = d > 1 ? d / 2 : d;
+  }
+  dims[0] = w ? w : 1, dims[1] = h ? h : 1, dims[2] = d ? d : 1;
+}
+
+uint64_t mn_array_bytes(const mn_array *a) {
+  uint64_t elem = (uint64_t)mn_format_bytes(a->format) * a->channels, total = 0;
+  if (!elem || !a->width || a->levels > 64 || (a->channels != 1 && a->channels != 2 && a->channels != 4)) return 0;
+  for (uint32_t l = 0; l < (a->levels ? a->levels : 1); l++) {
+    uint64_t d[3];
+    mn_array_level_dims(a, l, d);
+    if (d[0] > (1ull << 20) || d[1] > (1ull << 20) || d[2] > (1ull << 20)) return 0; /* no real array is this big */
+    total += d[0] * d[1] * d[2] * elem;
+  }
+  return total;
+}
+
+static int array_problem(const mn_array *a, char *why, size_t n) {
+  uint64_t want = mn_array_bytes(a);
+  if (!want)
+    return snprintf(why, n, "format 0x%x with %u channels, %" PRIu64 "x%" PRIu64 "x%" PRIu64 " and %u levels is "
+                    "not an array mneme stores", a->format, a->channels, a->width, a->height, a->depth, a->levels), 1;
+  if (want != a->size) return snprintf(why, n, "holds %" PRIu64 " bytes, its dimensions need %" PRIu64, a->size, want), 1;
+  return 0;
+}
+
+int mn_writer_array(mn_writer *w, const mn_array *a) {
+  char why[192];
+  if (w_ok(w, "mn_writer_array")) return -1;
+  if (!a || (a->size && !a->data)) return set_err("%s: mn_writer_array: array or its data is NULL", w->path);
+  if (array_problem(a, why, sizeof why))
+    return set_err("%s: mn_writer_array: array 0x%" PRIx64 ": %s", w->path, a->handle, why);
+  uint8_t m[ARRAY_META];
+  st64(m, a->handle);
+  st64(m + 8, a->width);
+  st64(m + 16, a->height);
+  st64(m + 24, a->depth);
+  st32(m + 32, a->format);
+  st32(m + 36, a->channels);
+  st32(m + 40, a->flags);
+  st32(m + 44, a->levels);
+  st64(m + 48, a->size);
+  if (rec_begin(w, TAG_ARRAY, ARRAY_META + a->size) || rec_put(w, m, sizeof m) || rec_put(w, a->data, a->size))
+    return -1;
+  return rec_end(w);
+}
+
+static int texobj_problem(const mn_texobj *t, char *why, size_t n) {
+  if (t->kind > MN_TEX_SURFACE) return snprintf(why, n, "unknown kind %u", t->kind), 1;
+  if (t->res_type > MN_RES_PITCH2D) return snprintf(why, n, "unknown resource type %u", t->res_type), 1;
+  if (t->res_type <= MN_RES_MIPMAPPED && !t->array) return snprintf(why, n, "names no array"), 1;
+  if (t->res_type >= MN_RES_LINEAR && !mn_format_bytes(t->format))
+    return snprintf(why, n, "unknown element format 0x%x", t->format), 1;
+  return 0;
+}
+
+int mn_writer_texobj(mn_writer *w, const mn_texobj *t) {
+  char why[96];
+  if (w_ok(w, "mn_writer_texobj")) return -1;
+  if (!t) return set_err("%s: mn_writer_texobj: object is NULL", w->path);
+  if (w->kind != MN_PROLOGUE) return set_err("%s: mn_writer_texobj: only a prologue holds texture objects", w->path);
+  if (texobj_problem(t, why, sizeof why))
+    return set_err("%s: mn_writer_texobj: object 0x%" PRIx64 ": %s", w->path, t->handle, why);
+  if (rec_begin(w, TAG_TEXOBJ, TEXOBJ_SIZE) || rec_put(w, t, TEXOBJ_SIZE)) return -1;
+  return rec_end(w);
+}
+
 static void w_free(mn_writer *w) {
   if (w->fd >= 0) close(w->fd);
   free(w->path);
@@ -701,6 +790,8 @@ void mn_snapshot_free(mn_snapshot *snap) {
   free(snap->blobs);
   free(snap->vars);
   free(snap->annots);
+  free(snap->arrays);
+  free(snap->texobjs);
   free(snap->path);
   if (s->map) munmap(s->map, s->maplen);
   free(s);
@@ -850,13 +941,41 @@ static int parse_annot(cur *c, mn_annot *a) {
   return 0;
 }
 
+static int parse_array(cur *c, mn_array *a) {
+  char why[192];
+  const uint8_t *m = take(c, ARRAY_META);
+  if (!m) return -1;
+  a->handle = ld64(m), a->width = ld64(m + 8), a->height = ld64(m + 16), a->depth = ld64(m + 24);
+  a->format = ld32(m + 32), a->channels = ld32(m + 36), a->flags = ld32(m + 40), a->levels = ld32(m + 44);
+  a->size = ld64(m + 48);
+  if (c->left != a->size) return rec_err(c, "array 0x%" PRIx64 " declares %" PRIu64 " bytes but holds %" PRIu64,
+                                         a->handle, a->size, c->left);
+  if (array_problem(a, why, sizeof why)) return rec_err(c, "array 0x%" PRIx64 ": %s", a->handle, why);
+  a->data = a->size ? (uint8_t *)take(c, a->size) : NULL;
+  return 0;
+}
+
+static int parse_texobj(cur *c, mn_texobj *t) {
+  char why[96];
+  if (c->left != TEXOBJ_SIZE) return rec_err(c, "is %" PRIu64 " bytes, not %u", c->left, TEXOBJ_SIZE);
+  memcpy(t, take(c, TEXOBJ_SIZE), TEXOBJ_SIZE);
+  if (texobj_problem(t, why, sizeof why)) return rec_err(c, "object 0x%" PRIx64 ": %s", t->handle, why);
+  return 0;
+}
+
+const mn_array *mn_snapshot_find_array(const mn_snapshot *s, uint64_t handle) {
+  for (uint32_t i = 0; s && i < s->narrays; i++)
+    if (s->arrays[i].handle == handle) return &s->arrays[i];
+  return NULL;
+}
+
 static int cmp_blob_addr(const void *x, const void *y) {
   uint64_t a = ((const mn_blob *)x)->addr, b = ((const mn_blob *)y)->addr;
   return a < b ? -1 : a > b;
 }
 
 /* Pass 1: framing, checksums, END; counts per tag. Nothing is trusted before this succeeds. */
-static int check_framing(snap_impl *s, uint64_t counts[4]) {
+static int check_framing(snap_impl *s, uint64_t counts[6]) {
   const char *path = s->pub.path;
   const uint8_t *map = s->map;
   uint64_t size = s->maplen, off = HEADER_SIZE, nrec = 0;
@@ -900,7 +1019,8 @@ static int check_framing(snap_impl *s, uint64_t counts[4]) {
                        path, off, size - off);
       return 0;
     }
-    int k = tag == TAG_BLOB ? 0 : tag == TAG_VAR ? 1 : tag == TAG_ARGS ? 2 : tag == TAG_ANNOT ? 3 : -1;
+    int k = tag == TAG_BLOB ? 0 : tag == TAG_VAR ? 1 : tag == TAG_ARGS ? 2 : tag == TAG_ANNOT ? 3
+          : tag == TAG_ARRAY ? 4 : tag == TAG_TEXOBJ ? 5 : -1;
     if (k < 0)
       return set_err("%s: byte %" PRIu64 ": unknown record tag 0x%08x; the file is corrupt, record the kernel again",
                      path, off, tag);
@@ -927,13 +1047,16 @@ static int parse(snap_impl *s) {
     return set_err("%s: byte 12: unknown snapshot kind %u (1 = prologue, 2 = epilogue); the file is corrupt, "
                    "record the kernel again",
                    p->path, p->kind);
-  uint64_t counts[4] = {0, 0, 0, 0};
+  uint64_t counts[6] = {0, 0, 0, 0, 0, 0};
   if (check_framing(s, counts)) return -1;
   if (counts[2] > 1) return set_err("%s: %" PRIu64 " argument records (at most one); the file is corrupt", p->path, counts[2]);
   p->blobs = counts[0] ? (mn_blob *)calloc(counts[0], sizeof(mn_blob)) : NULL;
   p->vars = counts[1] ? (mn_var *)calloc(counts[1], sizeof(mn_var)) : NULL;
   p->annots = counts[3] ? (mn_annot *)calloc(counts[3], sizeof(mn_annot)) : NULL;
-  if ((counts[0] && !p->blobs) || (counts[1] && !p->vars) || (counts[3] && !p->annots))
+  p->arrays = counts[4] ? (mn_array *)calloc(counts[4], sizeof(mn_array)) : NULL;
+  p->texobjs = counts[5] ? (mn_texobj *)calloc(counts[5], sizeof(mn_texobj)) : NULL;
+  if ((counts[0] && !p->blobs) || (counts[1] && !p->vars) || (counts[3] && !p->annots) ||
+      (counts[4] && !p->arrays) || (counts[5] && !p->texobjs))
     return set_err("%s: out of memory reading the snapshot", p->path);
   for (uint64_t off = HEADER_SIZE;;) {
     uint32_t tag = ld32(map + off);
@@ -952,6 +1075,12 @@ static int parse(snap_impl *s) {
       c.what = "arguments";
       rc = parse_args(&c, &p->args);
       p->has_args = 1;
+    } else if (tag == TAG_ARRAY) {
+      c.what = "array";
+      rc = parse_array(&c, &p->arrays[p->narrays++]);
+    } else if (tag == TAG_TEXOBJ) {
+      c.what = "texture object";
+      rc = parse_texobj(&c, &p->texobjs[p->ntexobjs++]);
     } else {
       c.what = "annotation";
       rc = parse_annot(&c, &p->annots[p->nannots++]);

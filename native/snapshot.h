@@ -22,6 +22,9 @@
  *           name and targets, each NUL-terminated; pad8; size bytes of contents
  *   "ARGS": u32 count, reserved; u64 total; u32 offsets[count]; u32 sizes[count]; pad8; total bytes
  *   "ANNO": u64 addr, size; u32 elem, mode, norm, reserved; f64 tol; char tag[32] (NUL-terminated)
+ *   "ARRY": u64 handle, width, height, depth; u32 format, channels, flags, levels; u64 size; size bytes
+ *           (a CUDA array's contents: mn_array below; size must equal mn_array_bytes)
+ *   "TEXO": the 176 bytes of mn_texobj below, in its in-memory layout (a texture or surface object)
  *   "END ": u64 number of records before it; u64 mn_checksum of the 32 header bytes
  * The version is checked first: a file of another version is refused (record again), never misread.
  * Every reader error names the file and the byte offset of the record at fault; sizes are checked
@@ -111,6 +114,42 @@ typedef struct mn_annot {
   char tag[32];
 } mn_annot;
 
+/* Texture and surface objects a kernel received as arguments, and the CUDA arrays behind them. The
+ * CUDA enums and flags (CUarray_format, CUresourcetype, CUaddress_mode, CUfilter_mode, CU_TRSF_*,
+ * CUDA_ARRAY3D_*, CUresourceViewFormat) are stored with the driver API's values. A prologue holds
+ * every object an argument named and every array behind them; an epilogue holds the arrays again
+ * (their contents after the kernel: surface writes). Linear and pitched resources point into a blob. */
+enum mn_tex_kind { MN_TEX_TEXTURE = 0, MN_TEX_SURFACE = 1 };
+enum mn_res_type { MN_RES_ARRAY = 0, MN_RES_MIPMAPPED = 1, MN_RES_LINEAR = 2, MN_RES_PITCH2D = 3 };
+
+typedef struct mn_array {
+  uint64_t handle;      /* CUarray, or CUmipmappedArray when levels > 0, in the recorded process */
+  uint64_t width, height, depth;  /* level 0, as in CUDA_ARRAY3D_DESCRIPTOR (0: dimension unused) */
+  uint32_t format;      /* CUarray_format */
+  uint32_t channels;    /* 1, 2 or 4 */
+  uint32_t flags;       /* CUDA_ARRAY3D_* (LAYERED 1, SURFACE_LDST 2, CUBEMAP 4, ...) */
+  uint32_t levels;      /* 0: a plain array; n > 0: a mipmapped array of n levels */
+  uint64_t size;        /* bytes of data */
+  uint8_t *data;        /* each level's elements, rows of width*element bytes, level 0 first */
+} mn_array;
+
+typedef struct mn_texobj {
+  uint64_t handle;      /* CUtexObject / CUsurfObject in the recorded process */
+  uint64_t array;       /* MN_RES_ARRAY / MIPMAPPED: the mn_array's handle */
+  uint64_t dev_ptr;     /* MN_RES_LINEAR / PITCH2D: device address */
+  uint64_t size_bytes;  /* MN_RES_LINEAR */
+  uint64_t width, height, pitch; /* MN_RES_PITCH2D (width in elements, pitch in bytes) */
+  uint32_t format, channels;     /* MN_RES_LINEAR / PITCH2D */
+  uint32_t kind;        /* enum mn_tex_kind */
+  uint32_t res_type;    /* enum mn_res_type */
+  /* texture descriptor (textures only) */
+  uint32_t address_mode[3], filter_mode, tex_flags, max_anisotropy, mipmap_filter_mode;
+  float mipmap_level_bias, min_mipmap_level_clamp, max_mipmap_level_clamp, border_color[4];
+  /* resource view (has_view = 1) */
+  uint32_t has_view, view_format, first_mip, last_mip, first_layer, last_layer;
+  uint64_t view_width, view_height, view_depth;
+} mn_texobj;
+
 typedef struct mn_snapshot {
   uint32_t version, kind, flags, reserved;
   uint64_t created_ns;
@@ -120,6 +159,9 @@ typedef struct mn_snapshot {
   mn_annot *annots;
   mn_args args;
   char *path;           /* file it was read from, for messages */
+  uint32_t narrays, ntexobjs;
+  mn_array *arrays;     /* in file order */
+  mn_texobj *texobjs;
 } mn_snapshot;
 
 /* ---- checksum: 64-bit, word at a time; stable across platforms (little endian) ----
@@ -145,6 +187,18 @@ int mn_writer_var(mn_writer *w, const char *name, uint64_t addr, uint64_t size, 
 int mn_writer_args(mn_writer *w, uint32_t count, const uint32_t *offsets, const uint32_t *sizes,
                    uint64_t total, const void *bytes);
 int mn_writer_annot(mn_writer *w, const mn_annot *a);
+/* An array's contents (a->data, a->size bytes; size must equal mn_array_bytes(a)). */
+int mn_writer_array(mn_writer *w, const mn_array *a);
+/* A texture or surface object (prologues only). */
+int mn_writer_texobj(mn_writer *w, const mn_texobj *t);
+/* Bytes of one channel of a CUarray_format (0 for formats mneme does not store: NV12, BC, ...). */
+uint32_t mn_format_bytes(uint32_t format);
+/* Bytes of an array's contents over all levels (0 for an unknown format or a zero width). */
+uint64_t mn_array_bytes(const mn_array *a);
+/* Dimensions of level `level` (width, height, depth; unused ones 1): halved per level, except the
+ * layer count of layered arrays and the 6 faces of cubemaps. */
+void mn_array_level_dims(const mn_array *a, uint32_t level, uint64_t dims[3]);
+const mn_array *mn_snapshot_find_array(const mn_snapshot *s, uint64_t handle);
 /* Writes the END record, flushes, fsyncs and closes; the file is complete only after this. */
 int mn_writer_close(mn_writer *w);
 /* Closes without END (the file then reads as truncated); for error paths. */

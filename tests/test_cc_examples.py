@@ -32,7 +32,15 @@ EXPECTED = {
     "pinned": ["readPinned(float const*, float const*, float*, int)", "scaleMapped(float*, float, int)"],
     "graph": ["graphStep(float*, float, int)"],
     "driverapi": ["driverScale(float*, float, int)"],
-    "texture": ["textureRead(unsigned long long, float*, int)"],
+    "texture": [
+        "textureRead(unsigned long long, float*, int)",
+        "pitchRead(unsigned long long, float*, int, int)",
+        "arrayRead(unsigned long long, float*, int, int)",
+        "volumeRead(unsigned long long, float*, int, int, int)",
+        "surfaceWrite(unsigned long long, unsigned long long, int, int)",
+        "globalRead(float*, int)",
+        "mipRead(unsigned long long, float*, int, int, float)",
+    ],
     "managed": ["managedUpdate(float*, float, int)", "managedRows(float* const*, float const*, int, int)"],
     "zerocopy": ["zeroCopyRead(float const*, float*, float, int)", "zeroCopyWrite(float const*, float*, int)"],
     "streamalloc": [

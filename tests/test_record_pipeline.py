@@ -259,7 +259,10 @@ class RawRun:
     def instance(self, name: str, args: bytes, params: List[Tuple[int, int]], masked: List[Tuple[int, int]],
                  before: bytes, after: bytes, grid=(1, 1, 1), block=(256, 1, 1), t_ns: int = 9000,
                  foreign=None, tex=None, addr: int = BASE, recorder_time: Optional[Dict[str, int]] = None,
-                 extra: Optional[Dict[str, object]] = None) -> int:
+                 extra: Optional[Dict[str, object]] = None, snapshots=None,
+                 event: Optional[Dict[str, object]] = None) -> int:
+        """`snapshots(prologue_writer, epilogue_writer)` adds records (texture objects, arrays) to both files;
+        `extra` and `event` add fields to the instance event."""
         k, i = self.kid(name), self.n
         self.n += 1
         pro, epi = f"r0-p{self.pid}-i{i}.prologue", f"r0-p{self.pid}-i{i}.epilogue"
@@ -268,10 +271,12 @@ class RawRun:
         w.variable("g_val", 0x7f0000001000, struct.pack("<i", 3))
         w.variable("g_ptr", 0x7f0000001008, struct.pack("<Q", 0x7f0000001000), relocs=[(0, "g_val", 0)])
         w.args(raw=args, offsets=[o for o, _ in params], sizes=[s for _, s in params])
+        e = Writer(self.raw / epi, SnapshotType.EPILOGUE)
+        e.blob_epilogue(addr, after, before)
+        if snapshots:
+            snapshots(w, e)
         w.close()
-        w = Writer(self.raw / epi, SnapshotType.EPILOGUE)
-        w.blob_epilogue(addr, after, before)
-        w.close()
+        e.close()
         ev = dict(ev="inst", k=k, i=i, api="cuLaunchKernel", grid=list(grid), block=list(block), shmem=0,
                   params=[list(p) for p in params], args=args.hex(), ptr=[list(m) for m in masked], ptr_src="ir",
                   pro=pro, epi=epi, t_ns=t_ns, blobs=1, blob_bytes=len(before), vars=2, pro_bytes=1, epi_bytes=1)
@@ -281,6 +286,7 @@ class RawRun:
             ev["tex"] = tex
         ev.update(recorder_time or {})
         ev.update(extra or {})
+        ev.update(event or {})
         self.emit(**ev)
         return i
 

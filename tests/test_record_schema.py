@@ -141,3 +141,53 @@ def test_the_json_schema_documents_the_current_version():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "RECORD_DB.md").read_text()
     for name in s["properties"]:
         assert f"`{name}`" in doc, f"docs/RECORD_DB.md does not describe {name}"
+
+
+TEXTURE = {"Param": 0, "Offset": 0, "Handle": "0x7", "Kind": "surface", "Resource": "array", "Format": "f32",
+           "Channels": 1, "Dims": [64, 48, 0], "Levels": 0, "Flags": 2, "Bytes": 12288, "Written": True}
+
+
+def _with_textures(tmp_path, entries, version=None):
+    d = tmp_path / "db"
+    shutil.copytree(Path(VECADD).parent, d)
+    path = d / Path(VECADD).name
+    data = _one(VECADD)
+    data.setdefault("InstanceAttributes", {}).setdefault(DH, {})["Textures"] = entries
+    if version is not None:
+        data["SchemaVersion"] = version
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_texture_entries_round_trip_as_version_3(tmp_path):
+    path = _with_textures(tmp_path, [TEXTURE])
+    db = RecordedExecution.from_json(str(path))
+    db.to_json()
+    written = json.loads(path.read_text())
+    assert written["SchemaVersion"] == 3
+    assert written["InstanceAttributes"][DH]["Textures"] == [TEXTURE]
+    assert RecordDB.model_validate(written).InstanceAttributes[DH].Textures[0].Written is True
+
+
+@pytest.mark.parametrize("change,field,says", [
+    (dict(Kind="sampler"), "Textures.0.Kind", "'texture' or 'surface'"),
+    (dict(Handle="7"), "Textures.0.Handle", "matching"),
+    (dict(Dims=[64, 48]), "Textures.0.Dims", "at least 3"),
+    (dict(Offset=-8), "Textures.0.Offset", "greater than or equal to 0"),
+])
+def test_a_bad_texture_entry_is_one_line_naming_its_field(tmp_path, change, field, says):
+    path = _with_textures(tmp_path, [dict(TEXTURE, **change)])
+    with pytest.raises(RecordError) as e:
+        RecordedExecution.from_json(str(path))
+    lines = str(e.value).splitlines()
+    assert len(lines) == 1 and f"InstanceAttributes.{DH}.{field}" in lines[0] and says in lines[0], lines[0]
+
+
+def test_a_version_2_db_is_still_read(tmp_path):
+    d = tmp_path / "db"
+    shutil.copytree(Path(VECADD).parent, d)
+    db = RecordedExecution.from_json(str(d / Path(VECADD).name))
+    db.to_json()
+    data = json.loads((d / Path(VECADD).name).read_text())
+    data["SchemaVersion"] = 2
+    assert validate(data, "x.json").SchemaVersion == 2

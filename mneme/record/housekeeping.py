@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 from mneme.errors import RecordError
 from mneme.record import integrity
 from mneme.record.db import RecordedExecution, find_dbs
+from mneme.record.textures import texture_summary
 
 
 def owned_files(db: RecordedExecution) -> List[str]:
@@ -103,6 +104,9 @@ def show(paths: List[str], problems: Optional[List[str]] = None) -> str:
                 f"x{inst.occ}  median {_fmt_time(inst.in_app_time_ns)}  snapshots {_fmt_bytes(snap)}"
                 f"{_outside_arena(attrs.get(dhash) or {})}"
             )
+            tex = texture_summary(((db.extra.get("InstanceAttributes") or {}).get(dhash) or {}).get("Textures") or [])
+            if tex:
+                lines.append(f"      textures: {tex}")
     return "\n".join(lines)
 
 

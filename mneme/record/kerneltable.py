@@ -59,6 +59,8 @@ class KernelIR:
     #: how the app's build compiled the kernel's module (mneme.cc.embedded.recorded_build); {} when the binary
     #: predates recorded build settings
     build: Dict[str, object] = field(default_factory=dict)
+    #: which parameters are texture/surface handles (mneme.ir.textures.TextureUses), or None
+    textures: Optional[object] = None
     #: functions of the closure defined only by other translation units (relocatable device code)
     other_unit_functions: List[str] = field(default_factory=list)
 
@@ -222,6 +224,7 @@ class IRIndex:
         from mneme.ir import arg_names, extract_kernel_closure, kernel_params, module_globals, undefined_symbols
         from mneme.cc.embedded import recorded_build
         from mneme.ir.module import demangle, new_context, parse_module
+        from mneme.ir.textures import texture_uses
         from mneme.record.hashing import static_hash
 
         if kernel not in self.defined_in:
@@ -236,6 +239,7 @@ class IRIndex:
             mod, used = extract_kernel_closure(everyone, kernel)
             other_unit = sorted(f.name for f in mod.functions if not f.is_declaration and f.name in missing)
         params = kernel_params(mod, kernel)
+        tex = texture_uses(mod, kernel) if uses_textures(str(mod)) else None
         masked: List[Masked] = []
         for p in params:
             for off, n in list(p.pointer_ranges) + padding_ranges(mod, p):
@@ -253,7 +257,8 @@ class IRIndex:
             bitcode=bitcode,
             arg_names=arg_names(mod, kernel),
             arg_kinds=[p.kind for p in params],
-            specializations=[bool(p.specializable) for p in params],
+            # a handle baked into the code would name the recorded object, not replay's
+            specializations=[bool(p.specializable) and not (tex and p.index in tex.params) for p in params],
             masked=sorted(masked),
             variables=[g.name for g in module_globals(mod)],
             uses_textures=uses_textures(text),
@@ -262,6 +267,7 @@ class IRIndex:
             param_sizes=[p.size for p in params],
             build=recorded_build(self.modules[self.defined_in[kernel][0]]) or {},
             other_unit_functions=other_unit,
+            textures=tex,
         )
         self._closures[kernel] = info
         return info

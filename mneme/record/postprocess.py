@@ -3,10 +3,11 @@
 hash), merged into what the directory already holds.
 
 Decisions made here, not in the recorder: the official hashes (hashing.py), which kernels have IR, and
-whether a kernel can be replayed (IR present; no texture/surface objects; no pointers into memory
-replay cannot place; at least one recordable launch). Managed memory and host memory the app registered
-itself are not in the arena but are snapshotted by contents (rawlog.SNAPSHOTTED), so replay places them;
-each instance's `SnapshottedMemory` attribute says how much of it there was.
+whether a kernel can be replayed (IR present; texture/surface objects passed as arguments and captured
+(mneme/record/textures.py); no pointers into memory replay cannot place; at least one recordable launch).
+Managed memory and host memory the app registered itself are not in the arena but are snapshotted by
+contents (rawlog.SNAPSHOTTED), so replay places them; each instance's `SnapshottedMemory` attribute says
+how much of it there was.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mneme.record.db import DEFAULT_VADDR, KernelInstance, RecordedExecution, me
 from mneme.record.hashing import dynamic_hash, static_hash_without_ir
 from mneme.record.kerneltable import IRIndex, KernelIR
 from mneme.record.rawlog import FOREIGN_TEXT, SKIP_TEXT, UNSUPPORTED, ProcessLog, RawInstance, read_raw_dir
+from mneme.record.textures import instance_textures, memory_reasons
 
 MAX_TIMES = 1000
 SNAPSHOT_DIR = "snapshots"
@@ -218,7 +220,7 @@ def _replay_reasons(ir: Optional[KernelIR], kr: _KernelRun, managed_vars: List[s
     if ir is None:
         reasons.append(NO_IR_REASON)
     elif ir.uses_textures:
-        reasons.append("the kernel reads texture or surface objects, which replay cannot recreate")
+        reasons += memory_reasons(ir.textures)
     if ir is None and any(inst.texture_words for _, inst in kr.instances):
         reasons.append("an argument equals a live texture/surface object, which replay cannot recreate")
     if ir is not None:
@@ -272,6 +274,7 @@ class _Writer:
         self.static = ir.static_hash if ir else static_hash_without_ir(name)
         self.path = db_dir / f"{self.static}.json"
         self.db: Optional[RecordedExecution] = None
+        self.texture_reasons: List[str] = []
         if self.path.exists():
             self.db = RecordedExecution.from_json(str(self.path), check_files=False)
 
@@ -333,6 +336,11 @@ class _Writer:
                 a["Cooperative"] = True
             if raw.attrs:
                 a["OtherLaunchAttributes"] = raw.attrs
+            if self.ir is not None and self.ir.textures is not None and self.ir.textures.params:
+                tex, why = instance_textures(self.ir.textures, self.db_dir / rel_pro, self.db_dir / rel_epi, raw.params,
+                                             raw.args, self.ir.arg_names, raw.texture_why)
+                a["Textures"] = tex
+                self.texture_reasons += [r for r in why if r not in self.texture_reasons]
             if raw.recorder_time:
                 a["RecorderTime"] = dict(raw.recorder_time)
             if raw.limits:
@@ -354,7 +362,7 @@ class _Writer:
         self._check_arena(vaddr, vasize)
         complete_flags = [lg.complete for lg in self.kr.logs]
         insts, attrs, new = self.instances(complete_flags)
-        reasons = _replay_reasons(self.ir, self.kr, managed_vars)
+        reasons = _replay_reasons(self.ir, self.kr, managed_vars) + self.texture_reasons
         if self.db is not None and not self.db.replayable and self.db.not_replayable_reason:
             for r in self.db.not_replayable_reason.split("; "):
                 if r not in reasons and not r.startswith("no launch could be recorded"):

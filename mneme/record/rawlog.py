@@ -87,6 +87,8 @@ class RawInstance:
     attrs: List[int] = field(default_factory=list)
     foreign: List[List[int]] = field(default_factory=list)   # [arg offset, kind]
     texture_words: List[int] = field(default_factory=list)
+    #: why the texture/surface objects at texture_words could not be captured ("" when they were)
+    texture_why: str = ""
     occurrences: int = 1
     samples: List[int] = field(default_factory=list)
     stored_bytes: int = 0
@@ -209,6 +211,7 @@ def _apply(log: ProcessLog, ev: Dict[str, Any]) -> None:
             attrs=list(ev.get("attrs", [])),
             foreign=[list(f) for f in ev.get("foreign", [])],
             texture_words=list(ev.get("tex", [])),
+            texture_why=str(ev.get("tex_why", "")),
             stored_bytes=int(ev.get("pro_bytes", 0)) + int(ev.get("epi_bytes", 0)),
             blob_bytes=int(ev.get("blob_bytes", 0)),
             # timed reruns of the app's kernel on the prologue (MNEME_RETIME), warm where t_ns may be cold

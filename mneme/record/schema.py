@@ -2,10 +2,11 @@
 
 One schema, versioned. Version 2 added the SHA-256 of every file a DB owns (`ModuleSha256`, one per
 `Modules` entry; `PrologueSha256`/`EpilogueSha256` per instance), so readers check the bytes before LLVM
-or the snapshot reader sees them. Version 3 (written by this mneme) adds `SnapshottedMemory` to the
-instance attributes: memory outside the arena (managed, app-registered host memory) that the snapshots
-hold by contents and replay must place at the recorded addresses, which a version-2 reader cannot do.
-Version 2 DBs (no such memory) read as they are; version 1 DBs (no hashes) are read through
+or the snapshot reader sees them. Version 3 (written by this mneme) adds to the instance attributes
+`SnapshottedMemory` (memory outside the arena, managed or app-registered host memory, that the snapshots
+hold by contents and replay must place at the recorded addresses) and `Textures` (the texture and surface
+objects its arguments hold, which replay recreates): a version-2 reader could do neither.
+Version 2 DBs (neither) read as they are; version 1 DBs (no hashes) are read through
 `migrate_v1`; their files are checked in other ways (see mneme/record/integrity.py). docs/RECORD_DB.md
 describes every field.
 
@@ -78,6 +79,24 @@ class SnapshottedKind(_Strict):
     Bytes: Count
     #: the ranges the recorder named (the first 32), address order
     Named: List[SnapshottedRange] = []
+class TextureArg(_Strict):
+    """A texture or surface object one argument holds (version 3); replay recreates it from the prologue's
+    records and passes the new handle at `Offset` of the argument buffer."""
+
+    Param: Count
+    Offset: Count
+    Handle: Annotated[str, Field(pattern=r"^0x[0-9a-f]{1,16}$")]
+    Kind: Literal["texture", "surface"]
+    Resource: Literal["array", "mipmapped", "linear", "pitch2d"]
+    Format: str
+    Channels: Count
+    Dims: Annotated[List[Count], Field(min_length=3, max_length=3)]
+    Levels: Count = 0
+    Flags: Count = 0
+    #: bytes of array contents in each snapshot (0 for linear and pitched memory, which blobs hold)
+    Bytes: Count = 0
+    #: the kernel stores to it (surface writes): its contents are verified after a replay
+    Written: bool = False
 
 
 class LaunchAttributes(_Open):
@@ -92,6 +111,7 @@ class LaunchAttributes(_Open):
     #: the context's limits at the launch (mneme.config.CONTEXT_LIMITS names), set again by replay
     ContextLimits: Dict[str, Count] = {}
     SnapshottedMemory: Dict[Literal["managed", "host_registered"], SnapshottedKind] = {}
+    Textures: List[TextureArg] = []
 
 
 class RecordDB(_Open):
@@ -148,7 +168,8 @@ class RecordDB(_Open):
 
 
 class RecordDBV2(RecordDB):
-    """Version 2: as version 3 without memory outside the arena (no `SnapshottedMemory`)."""
+    """Version 2: as version 3 without memory outside the arena (no `SnapshottedMemory`) and without texture
+    objects (a version-2 DB never marks such kernels replayable)."""
 
     SchemaVersion: Literal[2]
 

@@ -67,7 +67,9 @@ def decode(data: bytes, elem: str, index: int) -> Union[float, int]:
 
 def _where(key: Key) -> str:
     kind, k = key
-    return f"blob 0x{k:x}" if kind == "blob" else f"variable {k}"
+    if kind in ("blob", "array"):
+        return f"{kind} 0x{k:x}"
+    return f"variable {k}"
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,9 @@ class ReplayPipeline:
         self._prologue: Optional[Snapshot] = None
         self._expected: Optional[Snapshot] = None
         self._written = None
+        self._textures = None
+        self._surfaces_written = False
+        self._launch_args = None
         self._modules: Dict[str, Any] = {}
         self.verifier = None
         #: recorded context limits the context refused (Device.set_limits), named in failures
@@ -261,6 +264,7 @@ class ReplayPipeline:
             if not self._expected.is_full:
                 self._expected.apply(self._prologue)
             self._state = ReplayState(self.device, self._prologue)
+            self._open_textures()
             self.verifier = Verifier(self)
             blobs, variables = written_state(self._expected, self._prologue)
             self._written = list(blobs) + [
@@ -278,7 +282,8 @@ class ReplayPipeline:
             except MnemeError:
                 pass
         self._modules.clear()
-        for attr in ("_state", "_arena"):
+        self._launch_args = None
+        for attr in ("_textures", "_state", "_arena"):
             obj = getattr(self, attr)
             if obj is not None:
                 try:
@@ -291,6 +296,33 @@ class ReplayPipeline:
             if obj is not None:
                 obj.close()
                 setattr(self, attr, None)
+
+    def _open_textures(self) -> None:
+        """Recreates the instance's texture/surface objects and puts their handles into the arguments."""
+        from mneme.device import KernelArgs
+        from mneme.device.textures import Textures
+        from mneme.record.textures import replay_args
+
+        args = self._prologue.args
+        textures = self.instance_attributes.get("Textures") or []
+        if not textures:
+            self._launch_args = args
+            return
+        self._textures = Textures(self.device, self._prologue)
+        self._surfaces_written = any(t.get("Written") for t in textures)
+        raw = replay_args(bytes(args.raw), textures, self._textures.handle)
+        self._launch_args = KernelArgs(raw, args.offsets, args.sizes)
+
+    @property
+    def launch_args(self):
+        """The prologue's arguments, with replay's texture/surface handles in place of the recorded ones."""
+        return self._launch_args if self._launch_args is not None else self._prologue.args
+
+    def reset_all(self, mod) -> None:
+        """Everything back to the prologue from the host copy: memory, the module's variables, arrays."""
+        self._state.reset_all(mod)
+        if self._textures is not None:
+            self._textures.reset()
 
     def __enter__(self) -> "ReplayPipeline":
         return self.open()
@@ -332,9 +364,11 @@ class ReplayPipeline:
             attrs = fn.attributes()
             r.reg_usage, r.local_mem_usage, r.const_mem_usage = attrs.num_regs, attrs.local_bytes, attrs.const_bytes
             r.occupancy = fn.occupancy(config.block, config.shared_mem)
-            args = self._prologue.args
+            args = self.launch_args
             self._state.plan_resets(self._written, mod)
             self._state.reset_written(None, mod)
+            if self._surfaces_written:
+                self._textures.reset()  # arrays a surface wrote in an earlier run (timed runs only overwrite them)
             fn.launch(config.grid, config.block, config.shared_mem, args)
             r.executed = True
             verdict = self.verifier.judge(mod)
@@ -344,7 +378,7 @@ class ReplayPipeline:
             if not r.verified:
                 r.status = "failed_verification"
                 r.error = r.verification
-                self._state.reset_all(mod)
+                self.reset_all(mod)
             else:
                 r.exec_time = fn.profile(
                     config.grid, config.block, config.shared_mem, args,
@@ -376,7 +410,7 @@ class ReplayPipeline:
 
     def _safe_reset(self, mod) -> None:
         try:
-            self._state.reset_all(mod)
+            self.reset_all(mod)
         except MnemeError:
             pass
 

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 from mneme.errors import ConfigurationError, MnemeError
 from mneme.record.verdict import BufferVerdict, Verdict, buffer_verdict
 from mneme.record.verification import BufferPolicy, Calibration, Key, buffer_types, plan_of, policies
-from mneme.snapshot import Snapshot, SnapshotType, Writer
+from mneme.snapshot import Check, Snapshot, SnapshotType, Writer
 
 #: byte pattern written over scratch candidates for the evidence run
 POISON = 0xA5
@@ -95,14 +95,14 @@ class Verifier:
         with tempfile.TemporaryDirectory(prefix="mneme-calibrate-") as tmp:
             try:
                 for i in range(runs):
-                    pipe._state.reset_all(mod)
-                    fn.launch(*launch, pipe._prologue.args)
+                    pipe.reset_all(mod)
+                    fn.launch(*launch, pipe.launch_args)
                     states.append(capture(pipe._expected, mod, os.path.join(tmp, f"run{i}.epilogue")))
                 cal = Calibration.learn(pipe._expected, states, self.types, pipe.settings.verify_margin)
             finally:
                 for st in states:
                     st.close()
-                pipe._state.reset_all(mod)
+                pipe.reset_all(mod)
             self._scratch_evidence(cal, mod, fn, launch)
         return cal
 
@@ -132,14 +132,14 @@ class Verifier:
         plan = plan_of(policies(pipe._expected, types=self.types, names=self.names, calibration=trial,
                                 float_rtol=s.float_rtol, atol=s.atol, rtol=s.rtol, tol_type=s.tol_type))
         try:
-            pipe._state.reset_all(mod)
+            pipe.reset_all(mod)
             for k, rs in ranges.items():
                 for off, n in rs:
                     fill(k[1] + off, POISON, n)
-            fn.launch(*launch, pipe._prologue.args)
+            fn.launch(*launch, pipe.launch_args)
             return bool(pipe._state.verify(pipe._expected, plan, mod).equal)
         finally:
-            pipe._state.reset_all(mod)
+            pipe.reset_all(mod)
 
     # -- judging a run
     def judge(self, mod: Any) -> Verdict:
@@ -174,8 +174,27 @@ class Verifier:
                 else:
                     bv.details = [str(r) for r in results if not r.equal]
             verdict.buffers.append(bv)
+        for bv in self.array_verdicts():
+            verdict.buffers.append(bv)
+            verdict.passed = verdict.passed and bv.passed
         verdict.skipped = list(report.skipped)
         return verdict
+
+    def array_verdicts(self) -> List[BufferVerdict]:
+        """The CUDA arrays behind the kernel's surfaces and textures, read back and compared exactly (as
+        elements of the array's format) with the epilogue's contents."""
+        pipe = self.pipe
+        if pipe._textures is None:
+            return []
+        out = []
+        for a in pipe._expected.arrays:
+            n = len(a.contents)
+            dims = "x".join(str(d) for d in (a.width, a.height, a.depth) if d)
+            label = f"{dims}{f', {a.levels} levels' if a.levels else ''}"
+            p = BufferPolicy(("array", a.handle), a.handle, n, name=label, elem=a.elem,
+                             elem_source="the array's format", checks=[Check("array", a.handle, a.handle, 0, n, a.elem)])
+            out.append(buffer_verdict(p, a.contents, memoryview(pipe._textures.read(a.handle, n))))
+        return out
 
 
 def _read_buffer(p: BufferPolicy, mod: Any) -> Optional[bytes]:

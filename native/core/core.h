@@ -67,7 +67,17 @@
   X(cuFuncSetAttribute, PFN_cuFuncSetAttribute_v9000)                        \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                \
   X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)          \
-  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050)
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050) \
+  X(cuArray3DCreate, PFN_cuArray3DCreate_v3020)                              \
+  X(cuArrayDestroy, PFN_cuArrayDestroy_v2000)                                \
+  X(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000)                \
+  X(cuMipmappedArrayGetLevel, PFN_cuMipmappedArrayGetLevel_v5000)            \
+  X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)              \
+  X(cuMemcpy3DAsync, PFN_cuMemcpy3DAsync_v3020)                              \
+  X(cuTexObjectCreate, PFN_cuTexObjectCreate_v5000)                          \
+  X(cuTexObjectDestroy, PFN_cuTexObjectDestroy_v5000)                        \
+  X(cuSurfObjectCreate, PFN_cuSurfObjectCreate_v5000)                        \
+  X(cuSurfObjectDestroy, PFN_cuSurfObjectDestroy_v5000)
 
 typedef struct mnc_driver {
 #define MNC_FIELD(name, type) type name;

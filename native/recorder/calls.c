@@ -83,6 +83,9 @@ int mn_drv_load(char *why, size_t cap) {
   WANT(funcGetName, "cuFuncGetName", 12030);
   WANT(kernelGetFunction, "cuKernelGetFunction", 12000);
   WANT(kernelGetName, "cuKernelGetName", 12030);
+  WANT(array3DGetDescriptor, "cuArray3DGetDescriptor", 3020);
+  WANT(mipmappedArrayGetLevel, "cuMipmappedArrayGetLevel", 5000);
+  WANT(memcpy3D, "cuMemcpy3D", 3020);
 #undef NEED
 #undef WANT
   loaded = 1;

@@ -547,7 +547,8 @@ static const char *basename_of(const char *p) {
   return s ? s + 1 : p;
 }
 
-static int write_prologue(const char *path, const mn_kernel *k, const snapshot_set *s, const argscan *a, uint64_t *bytes) {
+static int write_prologue(const char *path, const mn_kernel *k, const snapshot_set *s, const argscan *a,
+                          const mn_texset *tx, uint64_t *bytes) {
   mn_writer *w = mn_writer_open(path, MN_PROLOGUE);
   if (!w) return -1;
   int rc = 0;
@@ -559,6 +560,7 @@ static int write_prologue(const char *path, const mn_kernel *k, const snapshot_s
   }
   if (!rc) rc = mn_writer_args(w, k->nparams, k->poff, k->psize, k->argbytes, a->bytes);
   for (size_t i = 0; !rc && i < R.nannots; i++) rc = mn_writer_annot(w, &R.annots[i]);
+  if (!rc && !tx->why[0]) rc = mn_tex_write(w, tx, 1);
   if (rc) {
     mn_writer_abort(w);
     return -1;
@@ -567,7 +569,7 @@ static int write_prologue(const char *path, const mn_kernel *k, const snapshot_s
   return mn_writer_close(w);
 }
 
-static int write_epilogue(const char *path, const snapshot_set *s, uint64_t *bytes) {
+static int write_epilogue(const char *path, const snapshot_set *s, const mn_texset *tx, uint64_t *bytes) {
   mn_writer *w = mn_writer_open(path, MN_EPILOGUE);
   if (!w) return -1;
   int rc = 0;
@@ -590,6 +592,7 @@ static int write_epilogue(const char *path, const snapshot_set *s, uint64_t *byt
     if (!rc) rc = mn_writer_var(w, v->v->name, v->v->addr, v->v->size, (uint32_t)v->v->is_const, data, v->nrelocs, v->relocs);
     free(data);
   }
+  if (!rc && !tx->why[0]) rc = mn_tex_write(w, tx, 0);
   if (rc) {
     mn_writer_abort(w);
     return -1;
@@ -629,7 +632,8 @@ static void log_limits(mn_line *l) {
 
 static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *inst, const argscan *a, const char *pro,
                          const char *epi, uint64_t t_ns, const uint64_t *retimes, uint32_t nretimes,
-                         const snapshot_set *s, uint64_t pro_bytes, uint64_t epi_bytes, const rec_time *rt) {
+                         const snapshot_set *s, const mn_texset *tx, uint64_t pro_bytes, uint64_t epi_bytes,
+                         const rec_time *rt) {
   size_t cap = 8192 + 2 * (size_t)k->argbytes + 48 * (size_t)k->nparams + 64 * (size_t)k->argbytes / 8;
   char *buf = malloc(cap);
   uint64_t *po = malloc((k->nparams + 1) * sizeof *po), *ps = malloc((k->nparams + 1) * sizeof *ps);
@@ -662,6 +666,9 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
     if (a->nforeign) mn_line_pairs(&l, "foreign", a->foff, fk, a->nforeign);
     if (a->ntex) mn_line_u64s(&l, "tex", a->toff, a->ntex);
     mn_placed_log(&l);
+    if (a->ntex) mn_line_u64(&l, "texobjs", tx->why[0] ? 0 : tx->nobjs);
+    if (a->ntex) mn_line_u64(&l, "arrays", tx->why[0] ? 0 : tx->narrays);
+    if (tx->why[0]) mn_line_str(&l, "tex_why", tx->why);
     mn_line_str(&l, "pro", pro);
     mn_line_str(&l, "epi", epi);
     mn_line_u64(&l, "t_ns", t_ns);
@@ -800,15 +807,20 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
   snap_path(pro, sizeof pro, inst, "prologue");
   snap_path(epi, sizeof epi, inst, "epilogue");
   uint64_t pro_bytes = 0, epi_bytes = 0;
+  mn_texset tx;
+  memset(&tx, 0, sizeof tx);
+  if (a->ntex && mn_tex_capture(a->bytes, a->toff, a->ntex, &tx)) mn_tex_free(&tx); /* tx.why says why */
   if (collect_blobs(&s) || collect_vars(k, &s)) {
+    mn_tex_free(&tx);
     set_free(&s);
     mn_error("cannot read the device memory for a prologue (out of host memory?)", k->name);
     mn_kernel_skip(k, MN_SKIP_FAILED);
     return fire(L);
   }
-  if (write_prologue(pro, k, &s, a, &pro_bytes)) {
+  if (write_prologue(pro, k, &s, a, &tx, &pro_bytes)) {
     snprintf(why, sizeof why, "%s: %s", pro, mn_last_error());
     unlink(pro);
+    mn_tex_free(&tx);
     set_free(&s);
     R.incomplete = 1;
     mn_error("cannot write a prologue; no further instances are recorded", why);
@@ -834,14 +846,17 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
     snprintf(why, sizeof why, "%s: %s", k->name, mn_cu_err(after));
     mn_error(r != CUDA_SUCCESS ? "the recorded launch failed" : "the recorded kernel failed", why);
     unlink(pro);
+    mn_tex_free(&tx);
     set_free(&s);
     mn_kernel_skip(k, MN_SKIP_FAILED);
     return r;
   }
-  if (write_epilogue(epi, &s, &epi_bytes)) {
+  if (!tx.why[0] && mn_tex_reread(&tx)) mn_tex_free(&tx); /* the prologue has the objects: reported by tex_why */
+  if (write_epilogue(epi, &s, &tx, &epi_bytes)) {
     snprintf(why, sizeof why, "%s: %s", epi, mn_last_error());
     unlink(pro);
     unlink(epi);
+    mn_tex_free(&tx);
     set_free(&s);
     R.incomplete = 1;
     mn_error("cannot write an epilogue; no further instances are recorded", why);
@@ -863,7 +878,9 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
   k->ninst_recorded++;
   k->recorded_launches++;
   R.stored_bytes += pro_bytes + epi_bytes;
-  log_instance(L, k, inst, a, basename_of(pro), basename_of(epi), t_ns, retimes, nretimes, &s, pro_bytes, epi_bytes, &rt);
+  log_instance(L, k, inst, a, basename_of(pro), basename_of(epi), t_ns, retimes, nretimes, &s, &tx, pro_bytes,
+               epi_bytes, &rt);
+  mn_tex_free(&tx);
   set_free(&s);
   return r;
 }

@@ -883,43 +883,56 @@ static void on_fatal_signal(int sig, siginfo_t *si, void *uc) {
 /* ---------------------------------------------------------------------------------------------- */
 /* texture and surface objects: handles alive now                                                 */
 
-static void texhandle_add(unsigned long long h) {
+/* Texture and surface handles are small integers the driver may reuse once destroyed: the table holds
+ * exactly the live ones, with what they were created from. */
+static void texhandle_add(unsigned long long h, int surface, const CUDA_RESOURCE_DESC *res,
+                          const CUDA_TEXTURE_DESC *tex, const CUDA_RESOURCE_VIEW_DESC *view) {
+  static int full_logged;
   pthread_mutex_lock(&R.mu);
   if (R.ntex == R.captex) {
     size_t ncap = R.captex ? R.captex * 2 : 16;
-    unsigned long long *n = realloc(R.texhandles, ncap * sizeof *n);
+    mn_texentry *n = realloc(R.texs, ncap * sizeof *n);
     if (!n) {
+      mn_warn_once(&full_logged, "out of memory for the texture table", "objects created from now on are not recorded");
       pthread_mutex_unlock(&R.mu);
       return;
     }
-    R.texhandles = n;
+    R.texs = n;
     R.captex = ncap;
   }
-  R.texhandles[R.ntex++] = h;
+  mn_texentry *e = &R.texs[R.ntex++];
+  memset(e, 0, sizeof *e);
+  e->handle = h;
+  e->surface = surface;
+  if (res) e->res = *res;
+  if (tex) e->tex = *tex;
+  if (view) e->view = *view, e->has_view = 1;
   pthread_mutex_unlock(&R.mu);
 }
 
 static void texhandle_del(unsigned long long h) {
   pthread_mutex_lock(&R.mu);
   for (size_t i = 0; i < R.ntex; i++) {
-    if (R.texhandles[i] == h) {
-      R.texhandles[i] = R.texhandles[--R.ntex];
+    if (R.texs[i].handle == h) {
+      R.texs[i] = R.texs[--R.ntex];
       break;
     }
   }
   pthread_mutex_unlock(&R.mu);
 }
 
-int mn_texhandle_live(unsigned long long h) {
+const mn_texentry *mn_tex_find(unsigned long long h) {
   for (size_t i = 0; i < R.ntex; i++)
-    if (R.texhandles[i] == h) return 1;
-  return 0;
+    if (R.texs[i].handle == h) return &R.texs[i];
+  return NULL;
 }
+
+int mn_texhandle_live(unsigned long long h) { return mn_tex_find(h) != NULL; }
 
 CUresult mn_cu_tex_object_create(const mn_ip_slot *s, CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc,
                                  const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc) {
   CUresult r = ((PFN_cuTexObjectCreate_v5000)s->real)(pTexObject, pResDesc, pTexDesc, pResViewDesc);
-  if (r == CUDA_SUCCESS && R.active && pTexObject) texhandle_add(*pTexObject);
+  if (r == CUDA_SUCCESS && R.active && pTexObject) texhandle_add(*pTexObject, 0, pResDesc, pTexDesc, pResViewDesc);
   return r;
 }
 
@@ -930,7 +943,7 @@ CUresult mn_cu_tex_object_destroy(const mn_ip_slot *s, CUtexObject texObject) {
 
 CUresult mn_cu_surf_object_create(const mn_ip_slot *s, CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc) {
   CUresult r = ((PFN_cuSurfObjectCreate_v5000)s->real)(pSurfObject, pResDesc);
-  if (r == CUDA_SUCCESS && R.active && pSurfObject) texhandle_add(*pSurfObject);
+  if (r == CUDA_SUCCESS && R.active && pSurfObject) texhandle_add(*pSurfObject, 1, pResDesc, NULL, NULL);
   return r;
 }
 

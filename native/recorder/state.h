@@ -115,6 +115,28 @@ typedef struct mn_gvar {
 enum mn_foreign_kind { MN_FOREIGN_MANAGED, MN_FOREIGN_HOST_REGISTERED, MN_FOREIGN_PINNED_OUTSIDE, MN_FOREIGN_OTHER_DEVICE };
 typedef struct mn_foreign { uint64_t addr, size; int kind; } mn_foreign;
 
+/* A texture or surface object alive now, with the descriptors it was created from. */
+typedef struct mn_texentry {
+  unsigned long long handle;
+  int surface;
+  int has_view;
+  CUDA_RESOURCE_DESC res;
+  CUDA_TEXTURE_DESC tex;
+  CUDA_RESOURCE_VIEW_DESC view;
+} mn_texentry;
+
+/* The objects one launch's arguments name and the arrays behind them (texture.c). `why` is set when
+ * they cannot be captured (the instance is then recorded without them and reported not replayable). */
+typedef struct mn_texset {
+  mn_texobj *objs;
+  size_t nobjs;
+  mn_array *arrays;           /* data malloc'd */
+  uint64_t *level_handles;    /* MN_TEX_MAX_LEVELS per array: the CUarray of each level */
+  size_t narrays;
+  char why[256];
+} mn_texset;
+#define MN_TEX_MAX_LEVELS 16
+
 typedef struct mn_pending {
   CUevent start, stop;
   mn_inst *inst;
@@ -176,7 +198,7 @@ typedef struct mn_state {
   size_t nforeign, capforeign;
   mn_annot *annots;
   size_t nannots, capannots;
-  unsigned long long *texhandles;
+  mn_texentry *texs;
   size_t ntex, captex;
   int captures;               /* active stream captures */
 
@@ -247,6 +269,9 @@ typedef struct mn_drv {
   PFN_cuFuncGetName_v12030 funcGetName;
   PFN_cuKernelGetFunction_v12000 kernelGetFunction;
   PFN_cuKernelGetName_v12030 kernelGetName;
+  PFN_cuArray3DGetDescriptor_v3020 array3DGetDescriptor;
+  PFN_cuMipmappedArrayGetLevel_v5000 mipmappedArrayGetLevel;
+  PFN_cuMemcpy3D_v3020 memcpy3D;
 } mn_drv;
 extern mn_drv D;
 /* Loads D once; 0 when every required call is there, else -1 with the reason in why. */
@@ -271,6 +296,17 @@ void mn_exit_hook_arm(void);
 void mn_write_provenance(void);
 uint64_t mn_now_ns(void);
 int mn_texhandle_live(unsigned long long h);
+const mn_texentry *mn_tex_find(unsigned long long h);   /* with R.mu held */
+
+/* ---- texture.c ---- */
+/* Captures the objects at the argument offsets `toff` (their arrays' contents included). 0, or -1 with
+ * t->why set; either way mn_tex_free releases it. */
+int mn_tex_capture(const uint8_t *args, const uint64_t *toff, size_t ntex, mn_texset *t);
+/* Reads the arrays' contents again (after the launch: surface writes). */
+int mn_tex_reread(mn_texset *t);
+/* Writes the objects (prologue only) and the arrays. */
+int mn_tex_write(mn_writer *w, const mn_texset *t, int prologue);
+void mn_tex_free(mn_texset *t);
 /* ---- memory.c ---- */
 int mn_arena_ready(void);                    /* sets up the arena on first use; 1 ready, 0 not */
 int mn_is_recorded_memory(uint64_t addr);    /* inside the arena or the pinned region */

@@ -40,11 +40,11 @@ SMALL: Dict[str, List[str]] = {
     "managed": ["managed"],  # cudaMallocManaged (+ cudaMemAdvise, cudaMemPrefetchAsync): snapshotted
     "zerocopy": ["zerocopy"],  # malloc + cudaHostRegister(Mapped): snapshotted, mapped at its host address
     "streamalloc": ["streamalloc"],  # cudaMallocAsync, a pool, cudaFreeAsync, cudaMallocPitch, cudaMalloc3D
+    "texture": ["texture"],  # texture/surface objects: tests/gpu/test_textures_gpu.py
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {
     "graph": ["graph"],
-    "texture": ["texture"],
 }
 #: sized for timing on an H200
 BIG: Dict[str, List[str]] = {

@@ -29,7 +29,8 @@ CHECKSUMS = {
     "pinned": "1.9607923496e+05",
     "graph": "3.5427863347e+05",
     "driverapi": "9.8840554629e+04",
-    "texture": "6.5422555778e+04",
+    # host-computed (the app checks every element against the host before printing)
+    "texture": "9.8322945235e+04",
     "launchex": "8.1474542684e+04",
     "cooperative": "8.153578e+03",
     "shlib": "1.3133554848e+05",
