@@ -261,7 +261,7 @@ class PtrRange(ctypes.Structure):
 class Entry(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("selected", ctypes.c_int), ("nparams", ctypes.c_uint32),
                 ("nranges", ctypes.c_uint32), ("ranges", ctypes.POINTER(PtrRange)), ("nvars", ctypes.c_uint32),
-                ("vars", ctypes.POINTER(ctypes.c_char_p)), ("no_rerun", ctypes.c_int)]
+                ("vars", ctypes.POINTER(ctypes.c_char_p)), ("no_rerun", ctypes.c_int), ("heap", ctypes.c_int)]
 
 
 class Table(ctypes.Structure):
@@ -299,6 +299,8 @@ def test_kernel_table_device_state_column_stops_reruns_for_heap_and_printf(lib):
     lib.mn_ktab_find.restype = ctypes.POINTER(Entry)
     got = {n: lib.mn_ktab_find(ctypes.byref(t), n.encode()).contents.no_rerun for n in "hplo"}
     assert got == {"h": 1, "p": 1, "l": 0, "o": 0}
+    heap = {n: lib.mn_ktab_find(ctypes.byref(t), n.encode()).contents.heap for n in "hplo"}
+    assert heap == {"h": 1, "p": 0, "l": 0, "o": 0}, "only a heap kernel stops every later kernel's reruns"
     lib.mn_ktab_free(ctypes.byref(t))
 
 

@@ -294,7 +294,9 @@ def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
     lines = ["# mneme kernel table v1: K name selected nparams masked(param:offset:length) variables [state]"]
     for k in index.kernels():
         if not selects(selector, k, demangle(k)):
-            lines.append(f"K\t{k}\t0\t0\t-\t-")
+            # unselected kernels keep their device state: one that allocates from the heap stops reruns of all
+            state = ",".join(x for x in index.table_entry(k)[3] if x != "fnptr") or "-"
+            lines.append(f"K\t{k}\t0\t0\t-\t-\t{state}")
             continue
         nparams, masked_bytes, reached, device_state_ = index.table_entry(k)
         masked = ",".join(f"{p}:{o}:{n}" for p, o, n in masked_bytes) or "-"

@@ -836,7 +836,7 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
   /* Nor for a kernel that allocates from the device heap or prints (kernel table): a rerun would allocate
    * again or print again, which no prologue undoes. */
   uint32_t nretimes =
-      a->nforeign || a->ntex || !k->tab || k->tab->no_rerun || s.unrestorable ? 0 : retime(L, k, &s, retimes);
+      a->nforeign || a->ntex || !k->tab || k->tab->no_rerun || R.heap_live || s.unrestorable ? 0 : retime(L, k, &s, retimes);
   t_rt = mn_precise_ns() - t_rt;
   uint64_t t_ns = 0;
   CUresult r, after;
@@ -916,6 +916,7 @@ static CUresult on_launch(mn_launch *L) {
   pthread_mutex_lock(&R.mu);
   CUresult r;
   mn_kernel *k = R.exited || !L->f ? NULL : kernel_of(L->f);
+  if (k && k->tab && k->tab->heap) R.heap_live = 1; /* selected or not: the heap now holds the app's objects */
   if (!k || !mn_kernel_selected(k) || !mn_arena_ready()) {
     pthread_mutex_unlock(&R.mu);
     return fire(L);

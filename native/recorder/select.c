@@ -151,6 +151,7 @@ static int parse_line(mn_ktab_entry *e, char *line) {
   e->nparams = (uint32_t)np;
   if (parse_ranges(e, f[4])) return -1;
   e->no_rerun = nf == 7 && parse_state(f[6]);
+  e->heap = nf == 7 && strstr(f[6], "heap") != NULL;
   return parse_vars(e, f[5]);
 }
 

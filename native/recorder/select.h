@@ -26,6 +26,7 @@ typedef struct mn_ktab_entry {
   uint32_t nvars;
   char **vars;            /* variables the kernel's IR closure references */
   int no_rerun;           /* device state a timing rerun would change (device heap, printf): never rerun */
+  int heap;               /* allocates from the device heap: once it ran, no kernel is rerun (its objects are unrecorded) */
 } mn_ktab_entry;
 
 typedef struct mn_ktab {

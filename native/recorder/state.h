@@ -171,6 +171,8 @@ typedef struct mn_state {
   char logpath[4352];
   int log_opened;
   int incomplete;             /* some write failed */
+  int heap_live;              /* a kernel that allocates from the device heap has run: its objects live outside
+                                 every snapshot, so a rerun of any kernel could change them (no retime from then on) */
 
   /* registration */
   mn_kernel *kernels;

@@ -110,7 +110,9 @@ def test_heap_kernels_are_named_run_once_and_the_heap_limit_is_recorded(devheap)
     # a kernel that mallocs must not be rerun for timing (it would allocate again)
     assert len(inst.get("InAppTimesNs", [])) <= 1, inst
     (inst,) = total["instances"].values()
-    assert len(inst["InAppTimesNs"]) > 1, "a kernel without device state is still retimed"
+    # nor any kernel after it: heapSum reads (another kernel might write) objects no snapshot holds, so a
+    # rerun could change what the app computes next (newdelete's containerFill pushed again under reruns)
+    assert len(inst.get("InAppTimesNs", [])) <= 1, inst
     (attrs,) = fill["InstanceAttributes"].values()
     assert attrs["ContextLimits"]["malloc_heap_size"] == 128 * 1024 * 4 * 2 + (16 << 20)
 
