@@ -586,3 +586,17 @@ def test_the_newest_build_result_wins_whatever_the_file_names():
     new = {"date": "2026-12-03T08:45:00+00:00", "apps": {"cdp": {"built_unmodified": True, "build_s": 1.0}}}
     assert build.built_apps([new, old])["cdp"]["build_s"] == 1.0
     assert "cdp" not in build.built_apps([{**old, "date": "2026-12-04T00:00:00+00:00"}, new])
+
+
+def test_a_failed_recorded_run_is_named_with_the_recorders_own_error_line():
+    cmerge, crender = merge, render
+    app = cmerge.skeleton("newdelete")
+    row = {"app_ok_recorded": False, "record_error": "exit 1: mneme record: the app exited with status 1",
+           "record_log": "newdelete Starting...\nmneme record: the recorded launch failed: _Z15containerDelete: "
+                         "unspecified launch failure\nmneme record: the app exited with status 1\n"}
+    cmerge.fold_record(app, row, {})
+    assert app["record_cause"] == "the recorded launch failed: _Z15containerDelete: unspecified launch failure"
+    (miss,) = [m for m in crender.misses(app) if m.startswith("recorded run failed")]
+    assert miss.endswith("(the recorder: the recorded launch failed: _Z15containerDelete: unspecified launch failure)")
+    cmerge.fold_record(app, {"app_ok_recorded": True, "record_log": ""}, {})
+    assert app["record_cause"] is None, "a later good run clears the cause"

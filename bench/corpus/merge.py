@@ -64,6 +64,9 @@ def fold_plain(app, row, res):
 def fold_record(app, row, res):
     _copy(app, row, ("app_ok_plain", "plain_s", "plain_error", "app_ok_recorded", "record_s", "record_error",
                      "recorded", "record_overhead", "record_added_s", "kernels_no_ir", "max_recordings"))
+    # why the app failed under the recorder, in the recorder's own words (its log's first error line)
+    app["record_cause"] = next((ln[len("mneme record: "):] for ln in (row.get("record_log") or "").splitlines()
+                                if ln.startswith(("mneme record: the recorded", "mneme record: error"))), None)
     _set_kernels(app, row.get("kernels", []))
 
 

@@ -84,7 +84,9 @@ def misses(app: Dict[str, Any]) -> List[str]:
     if app["app_ok_plain"] is False:
         out.append(f"plain run failed: {short_reason(app.get('plain_error'))}")
     if app["app_ok_recorded"] is False:
-        out.append(f"recorded run failed: {short_reason(app.get('record_error'))}")
+        cause = app.get("record_cause")
+        out.append(f"recorded run failed: {short_reason(app.get('record_error'))}"
+                   + (f" (the recorder: {short_reason(cause)})" if cause else ""))
     if app["recorded"] is False:
         why = "no kernel was recorded with IR"
         if app.get("kernels_no_ir"):
