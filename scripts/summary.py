@@ -15,19 +15,39 @@ def gpu_name() -> str:
         return "no nvidia-smi"
 
 
+def _cut_run(junit: str) -> str:
+    """What pytest.log (beside the JUnit file; -v: one line per test) says of a run cut before its report."""
+    log = os.path.join(os.path.dirname(junit) or ".", "pytest.log")
+    try:
+        lines = open(log, errors="replace").read().splitlines()
+    except OSError:
+        return ""
+    failed = [ln.split(" ")[0] for ln in lines if "::" in ln and " FAILED" in ln or " ERROR" in ln and "::" in ln]
+    passed = sum(1 for ln in lines if "::" in ln and " PASSED" in ln)
+    names = ", ".join(f.split("::", 1)[-1] for f in failed[:12]) + (" ..." if len(failed) > 12 else "")
+    return f"; before the cut: {passed} passed, {len(failed)} failed" + (f" ({names})" if failed else "")
+
+
 def main(path: str, rc: str, seconds: str, *stages: str) -> int:
     """`stages` are NAME=EXIT_STATUS of the check's other steps (the main job, the README's commands): each
-    is named in the line, and any non-zero one fails the check."""
+    is named in the line, and any non-zero one fails the check. `path` "-": the tests were not part of this
+    run (GPU_CHECK_PART=stages), the line counts the stages only."""
+    done = [s.rpartition("=") for s in stages]
+    if path == "-":
+        ok = bool(done) and all(code == "0" for _, _, code in done)
+        parts = "; ".join(f"{name}: {'passed' if code == '0' else f'FAILED (exit {code})'}" for name, _, code in done)
+        print(f"gpu-check (stages): {'PASSED' if ok else 'FAILED'} {parts or 'no stage ran'} in {seconds} s on "
+              f"{gpu_name()} (commit {os.environ.get('MNEME_COMMIT', '?')})")
+        return 0 if ok else 1
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
-        print(f"gpu-check: FAILED (pytest exited {rc}, no report) on {gpu_name()}")
+        print(f"gpu-check: FAILED (pytest exited {rc}, no report{_cut_run(path)}) on {gpu_name()}")
         return 1
     suites = [root] if root.tag == "testsuite" else list(root)
     tot = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
     passed = tot["tests"] - tot["failures"] - tot["errors"] - tot["skipped"]
     ok = int(rc) == 0 and passed > 0 and tot["skipped"] == 0
-    done = [s.rpartition("=") for s in stages]
     ok = ok and all(code == "0" for _, _, code in done)
     extra = "".join(f"; {name}: {'passed' if code == '0' else f'FAILED (exit {code})'}" for name, _, code in done)
 
