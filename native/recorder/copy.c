@@ -17,7 +17,7 @@
 
 typedef struct pool_block { uint8_t *p; uint64_t cap; int used; } pool_block;
 static pool_block pool[MN_POOL_BLOCKS];
-static uint64_t pool_bytes, pool_limit = UINT64_MAX;
+static uint64_t pool_bytes; /* pinned bytes the pool holds, at most R.cfg.snap_pool_bytes */
 
 static int pool_find(const void *p) {
   for (int i = 0; i < MN_POOL_BLOCKS; i++)
@@ -26,12 +26,6 @@ static int pool_find(const void *p) {
 }
 
 void *mn_snap_alloc(uint64_t size) {
-  if (pool_limit == UINT64_MAX) {
-    const char *e = getenv("MNEME_SNAP_POOL");
-    char *end = NULL;
-    unsigned long long v = e && *e ? strtoull(e, &end, 0) : 0;
-    pool_limit = e && *e && end && !*end ? (uint64_t)v : (2ull << 30);
-  }
   int best = -1, empty = -1;
   for (int i = 0; i < MN_POOL_BLOCKS; i++) {
     if (!pool[i].p) { if (empty < 0) empty = i; continue; }
@@ -40,7 +34,7 @@ void *mn_snap_alloc(uint64_t size) {
   if (best < 0 && size && empty >= 0) {
     uint64_t cap = (size + MN_POOL_ALIGN - 1) / MN_POOL_ALIGN * MN_POOL_ALIGN;
     void *p = NULL;
-    if (pool_bytes + cap <= pool_limit && D.hostAlloc(&p, cap, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS && p) {
+    if (pool_bytes + cap <= R.cfg.snap_pool_bytes && D.hostAlloc(&p, cap, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS && p) {
       pool[empty].p = p;
       pool[empty].cap = cap;
       pool_bytes += cap;
@@ -91,7 +85,8 @@ static int stage_ready(void) {
 }
 
 int mn_copy_dtoh(void *dst, uint64_t src, uint64_t size) {
-  if (size < (1u << 20) || pool_find(dst) >= 0 || !stage_ready())  /* small copies: one call is as fast */
+  /* small copies, or into pinned pool memory: one call is as fast */
+  if (size < (1u << 20) || pool_find(dst) >= 0 || !stage_ready())
     return D.memcpyDtoH(dst, (CUdeviceptr)src, size) == CUDA_SUCCESS ? 0 : -1;
   uint8_t *out = dst;
   uint64_t prev_off = 0, prev_len = 0;

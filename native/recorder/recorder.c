@@ -255,6 +255,7 @@ static void init_once(void) {
   c->max_samples = (uint32_t)env_u64("MNEME_MAX_SAMPLES", 1000);
   c->retime = (uint32_t)env_u64("MNEME_RETIME", 10);
   c->retime_budget_ns = env_u64("MNEME_RETIME_BUDGET_US", 1000000) * 1000ull;
+  c->snap_pool_bytes = env_u64("MNEME_SNAP_POOL", 2ull << 30);
   char fmt[16];
   env_str("MNEME_EPILOGUE_FORMAT", fmt, sizeof fmt, "diff");
   c->epilogue_format = strcmp(fmt, "bytes") == 0 ? 1 : strcmp(fmt, "best") == 0 ? 2 : 0;
