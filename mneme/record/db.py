@@ -26,7 +26,7 @@ from mneme.config import dim3
 from mneme.errors import RecordError
 from mneme.record import integrity
 from mneme.record.schema import SCHEMA_VERSION, SchemaViolation, validate
-from mneme.record.layout import DEFAULT_VADDR  # noqa: E402,F401 - the DB's default arena base
+from mneme.record.layout import DEFAULT_VADDR  # noqa: F401 - the DB's default arena base (re-exported)
 
 
 def relative_to_db(p: str, db_path: str) -> str:

@@ -102,6 +102,11 @@ def function_pointer_calls(mod, kernel: str) -> Tuple[List[int], bool]:
     return called, any(c not in params for c in callees)
 
 
+def masked_bytes(mod, params) -> List[Masked]:
+    """The argument bytes the dynamic hash leaves out: pointers, and padding inside by-value structs."""
+    return sorted((p.index, off, n) for p in params for off, n in list(p.pointer_ranges) + padding_ranges(mod, p))
+
+
 def uses_textures(ir_text: str) -> bool:
     """Whether IR reads textures or surfaces (objects replay cannot recreate)."""
     return bool(_TEXTURE_INTRINSIC.search(ir_text) or _TEXTURE_ASM.search(ir_text))
@@ -213,9 +218,8 @@ class IRIndex:
             info = self.closure(kernel)
             return len(info.arg_kinds), info.masked, info.variables, info.state
         params = kernel_params(mod, kernel)
-        masked = sorted((p.index, off, n) for p in params for off, n in list(p.pointer_ranges) + padding_ranges(mod, p))
         state = [name for name, p in _STATE_SYMBOL if any(p.match(r) for r in undefined)]
-        return len(params), masked, [g.name for g in variables if g.name in reach], state
+        return len(params), masked_bytes(mod, params), [g.name for g in variables if g.name in reach], state
 
     def closure(self, kernel: str) -> KernelIR:
         """The kernel's closure across translation units (from its own module when that suffices)."""
@@ -239,13 +243,9 @@ class IRIndex:
             mod, used = extract_kernel_closure(everyone, kernel)
             other_unit = sorted(f.name for f in mod.functions if not f.is_declaration and f.name in missing)
         params = kernel_params(mod, kernel)
-        tex = texture_uses(mod, kernel) if uses_textures(str(mod)) else None
-        masked: List[Masked] = []
-        for p in params:
-            for off, n in list(p.pointer_ranges) + padding_ranges(mod, p):
-                masked.append((p.index, off, n))
-        bitcode = mod.as_bitcode()
         text = str(mod)
+        tex = texture_uses(mod, kernel) if uses_textures(text) else None
+        bitcode = mod.as_bitcode()
         fn_params, loaded_calls = function_pointer_calls(mod, kernel)
         # static_hash strips struct names in its module's LLVM context: give it a private copy
         shash = static_hash(parse_module(bitcode, name=kernel, context=new_context()), kernel)
@@ -259,7 +259,7 @@ class IRIndex:
             arg_kinds=[p.kind for p in params],
             # a handle baked into the code would name the recorded object, not replay's
             specializations=[bool(p.specializable) and not (tex and p.index in tex.params) for p in params],
-            masked=sorted(masked),
+            masked=masked_bytes(mod, params),
             variables=[g.name for g in module_globals(mod)],
             uses_textures=uses_textures(text),
             state=device_state(text) + (["fnptr"] if loaded_calls else []),
@@ -288,21 +288,21 @@ def selects(selector: Optional[Pattern[str]], mangled: str, demangled: str) -> b
 
 
 def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
-    """The kernel table for every kernel of `index`; selected kernels only, each from its module's reference graph (IRIndex.table_entry)."""
+    """The kernel table for every kernel of `index`, each entry from its module's reference graph
+    (IRIndex.table_entry); unselected kernels keep only their device state (one that allocates from the
+    heap stops every later kernel's timing reruns)."""
     from mneme.ir.module import demangle
 
     lines = ["# mneme kernel table v1: K name selected nparams masked(param:offset:length) variables [state]"]
     for k in index.kernels():
+        nparams, masked, reached, device_state_ = index.table_entry(k)
+        state = ",".join(s for s in device_state_ if s != "fnptr") or "-"  # the recorder reads heap, printf
         if not selects(selector, k, demangle(k)):
-            # unselected kernels keep their device state: one that allocates from the heap stops reruns of all
-            state = ",".join(x for x in index.table_entry(k)[3] if x != "fnptr") or "-"
             lines.append(f"K\t{k}\t0\t0\t-\t-\t{state}")
             continue
-        nparams, masked_bytes, reached, device_state_ = index.table_entry(k)
-        masked = ",".join(f"{p}:{o}:{n}" for p, o, n in masked_bytes) or "-"
+        ranges = ",".join(f"{p}:{o}:{n}" for p, o, n in masked) or "-"
         variables = ",".join(v for v in reached if "," not in v and "\t" not in v) or "-"
-        state = ",".join(s for s in device_state_ if s != "fnptr") or "-"  # the recorder reads heap, printf
-        lines.append(f"K\t{k}\t1\t{nparams}\t{masked}\t{variables}\t{state}")
+        lines.append(f"K\t{k}\t1\t{nparams}\t{ranges}\t{variables}\t{state}")
     return "\n".join(lines) + "\n"
 
 

@@ -18,10 +18,10 @@ import mneme
 from mneme.errors import RecordError
 from mneme.record.kerneltable import IRIndex, compile_selector, executables_in, write_table
 from mneme.record.layout import DEFAULT_VADDR
-
-if TYPE_CHECKING:
-    from mneme.record.postprocess import RecordOutcome
 from mneme.record.rawlog import LOG_GLOB, SKIP_TEXT
+
+if TYPE_CHECKING:  # post-processing (and the record-DB schema) load while the app runs: see record()
+    from mneme.record.postprocess import RecordOutcome
 
 LIB_NAME = "librecord.so"
 EPILOGUE_FORMATS = ("diff", "bytes", "best")

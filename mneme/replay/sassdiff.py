@@ -38,12 +38,11 @@ def find_cuobjdump() -> Optional[str]:
     explicit = os.environ.get("MNEME_CUOBJDUMP", "").strip()
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
-    for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
-        root = os.environ.get(var)
-        if root and os.access(Path(root) / "bin" / "cuobjdump", os.X_OK):
+    from mneme.ir.ptxas import cuda_roots
+
+    for root in cuda_roots():  # $CUDA_HOME, $CUDA_PATH, $CUDA_ROOT, /usr/local/cuda: where ptxas is looked for
+        if os.access(Path(root) / "bin" / "cuobjdump", os.X_OK):
             return str(Path(root) / "bin" / "cuobjdump")
-    if os.access("/usr/local/cuda/bin/cuobjdump", os.X_OK):
-        return "/usr/local/cuda/bin/cuobjdump"
     for site in sys.path:  # nvidia-cuda-cuobjdump installs nvidia/<pkg>/bin/cuobjdump
         for hit in glob.glob(os.path.join(site, "nvidia", "*", "bin", "cuobjdump")):
             if os.access(hit, os.X_OK):
