@@ -61,6 +61,13 @@ def wait_for(url: str, timeout: float = 300.0):
             time.sleep(0.3)
 
 
+def _trial_order(run):
+    """A sweep's trials in trial-number order (the mneme.trial tag); start times alone tie at MLflow's millisecond
+    resolution when trials are logged quickly, which shuffled them."""
+    number = run.data.tags.get("mneme.trial", "")
+    return (int(number) if number.lstrip("-").isdigit() else float("inf"), run.info.start_time or 0)
+
+
 def pick_runs(store: str, experiment: str, n: int, sweeps: int = 1):
     """(experiment id, up to n finished trial runs, the latest sweep's name): the trials of the latest `sweeps`
     sweep parents, an equal share of each (a sweep per kernel puts the kernel on an axis of the compare view)."""
@@ -77,7 +84,7 @@ def pick_runs(store: str, experiment: str, n: int, sweeps: int = 1):
         or ["tags.`mneme.role` = 'trial'"]
     share, runs = max(1, n // len(flts)), []
     for flt in reversed(flts):  # oldest sweep first, as the runs page lists them below the newest
-        trials = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time ASC"])
+        trials = sorted(client.search_runs([exp.experiment_id], flt), key=_trial_order)
         runs += [r.info.run_id for r in trials if r.info.status == "FINISHED"][:share]
     return exp.experiment_id, runs[:n], (parents[0].info.run_name if parents else "")
 
