@@ -79,3 +79,38 @@ def test_a_function_pointer_argument_makes_the_kernel_not_replayable_by_name():
     assert reason.startswith("argument 1 (f) is a device function pointer")
     ir.fnptr_params = []
     assert _replay_reasons(ir, _KernelRun(ir.name), []) == []
+
+
+def test_unselected_rdc_kernels_get_their_device_state_without_a_closure(bc_dir, tmp_path):
+    """The table gives unselected kernels their device state only; in a relocatable-device-code app a kernel
+    whose heap use is in another translation unit must still be told, from the modules' reference graphs
+    (IRIndex.device_state), as its linked closure says — without linking that closure."""
+    import hashlib
+
+    from mneme.cc.embedded import EmbeddedModule
+    from mneme.record.kerneltable import IRIndex, compile_selector, table_text
+
+    (tmp_path / "alloc.cu").write_text(
+        "__device__ float *grab(int n) { return (float *)malloc(n * sizeof(float)); }\n"
+        "__device__ float twice(float x) { return 2 * x; }\n")
+    (tmp_path / "use.cu").write_text(
+        "__device__ float *grab(int n);\n__device__ float twice(float x);\n"
+        "__global__ void take(float **out, int n) { out[threadIdx.x] = grab(n); }\n"
+        "__global__ void scale(float *x) { x[threadIdx.x] = twice(x[threadIdx.x]); }\n"
+        "__global__ void alone(float *x) { x[threadIdx.x] += 1; }\n")
+    index = IRIndex()
+    for src in ("alloc.cu", "use.cu"):
+        bc = compile_cu(tmp_path / src, bc_dir, rdc=True).read_bytes()
+        sha = hashlib.sha256(bc).hexdigest()
+        index.modules[sha] = EmbeddedModule(name=src, source=str(tmp_path / src), arch="sm_90", sha256=sha, bitcode=bc)
+        if src == "use.cu":
+            for k in ("_Z4takePPfi", "_Z5scalePf", "_Z5alonePf"):
+                index.defined_in[k] = [sha]
+    got = {k: index.device_state(k) for k in index.kernels()}
+    assert got == {"_Z4takePPfi": ["heap"], "_Z5scalePf": [], "_Z5alonePf": []}
+    assert not index._closures, "no closure was linked for the device state"
+    closures = IRIndex()
+    closures.modules, closures.defined_in = index.modules, index.defined_in
+    assert {k: [s for s in closures.closure(k).state if s != "fnptr"] for k in got} == got
+    table = table_text(index, compile_selector("alone"))
+    assert "K\t_Z4takePPfi\t0\t0\t-\t-\theap\n" in table and "K\t_Z5scalePf\t0\t0\t-\t-\t-\n" in table

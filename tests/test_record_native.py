@@ -322,12 +322,16 @@ def test_kernel_table_rejects_malformed_lines_with_the_line_number(lib, line):
 def test_kernel_table_written_by_python_is_read_by_c(lib, tmp_path):
     from mneme.record.kerneltable import table_text
 
-    class FakeIndex:  # the table writer only needs kernels() and table_entry() results
+    class FakeIndex:  # the table writer only needs kernels(), table_entry() and device_state() results
         def kernels(self):
             return ["_Z3fooPf1S", "_Z3barv"]
 
         def table_entry(self, name):
+            assert name == "_Z3fooPf1S", "an unselected kernel needs its device state only"
             return 2, [(0, 0, 8), (1, 12, 4), (1, 16, 8)], ["g_x", "g_y"], ["printf"]
+
+        def device_state(self, name):
+            return ["heap"]
 
     import re
 

@@ -155,6 +155,16 @@ def padding_ranges(mod, param) -> List[Tuple[int, int]]:
     return gaps
 
 
+def _undefined(reach: set, refs: dict) -> List[str]:
+    """The reached symbols no definition in `refs` covers (intrinsics aside)."""
+    return [r for r in reach if r not in refs and not r.startswith("llvm.")]
+
+
+def _other_unit(undefined: List[str]) -> bool:
+    """Whether some of them are not device-state calls, so another translation unit must define them."""
+    return any(not any(p.match(r) for _, p in _STATE_SYMBOL) for r in undefined)
+
+
 class IRIndex:
     """The device IR of an app and its libraries: modules by sha256, kernels by name, closures cached."""
 
@@ -203,23 +213,49 @@ class IRIndex:
         if kernel in self._closures or kernel not in self.defined_in:
             info = self.closure(kernel)
             return len(info.arg_kinds), info.masked, info.variables, info.state
-        from mneme.ir import kernel_params, module_globals
-        from mneme.ir.module import parse_module, reachable_symbols, symbol_references
+        from mneme.ir import kernel_params
+        from mneme.ir.module import reachable_symbols
 
-        sha = self.defined_in[kernel][0]
-        if sha not in self._graphs:
-            m = self.modules[sha]
-            mod = parse_module(m.bitcode, name=m.name)
-            self._graphs[sha] = (mod, symbol_references(mod), module_globals(mod))
-        mod, refs, variables = self._graphs[sha]
+        mod, refs, variables = self._graph(self.defined_in[kernel][0])
         reach = reachable_symbols(refs, kernel)
-        undefined = [r for r in reach if r not in refs and not r.startswith("llvm.")]
-        if len(self.modules) > 1 and any(not any(p.match(r) for _, p in _STATE_SYMBOL) for r in undefined):
+        undefined = _undefined(reach, refs)
+        if len(self.modules) > 1 and _other_unit(undefined):
             info = self.closure(kernel)
             return len(info.arg_kinds), info.masked, info.variables, info.state
         params = kernel_params(mod, kernel)
         state = [name for name, p in _STATE_SYMBOL if any(p.match(r) for r in undefined)]
         return len(params), masked_bytes(mod, params), [g.name for g in variables if g.name in reach], state
+
+    def _graph(self, sha: str) -> tuple:
+        """(parsed module, symbol_references, module_globals) of one module, built once."""
+        if sha not in self._graphs:
+            from mneme.ir import module_globals
+            from mneme.ir.module import parse_module, symbol_references
+
+            m = self.modules[sha]
+            mod = parse_module(m.bitcode, name=m.name)
+            self._graphs[sha] = (mod, symbol_references(mod), module_globals(mod))
+        return self._graphs[sha]
+
+    def device_state(self, kernel: str) -> List[str]:
+        """The kernel's device state (heap, printf, launch) alone, as the table gives unselected kernels: from its
+        module's reference graph, and where it reaches symbols other modules define (relocatable device code)
+        from the union of every module's graph — not a linked closure per kernel, which --kernels is meant to
+        spare. Internal symbols of the same name in two modules merge there, which can only add state (a kernel
+        said to use the heap keeps its reruns off: the safe side)."""
+        from mneme.ir.module import reachable_symbols
+
+        if kernel in self._closures or kernel not in self.defined_in:
+            return self.closure(kernel).state
+        refs = self._graph(self.defined_in[kernel][0])[1]
+        undefined = _undefined(reachable_symbols(refs, kernel), refs)
+        if len(self.modules) > 1 and _other_unit(undefined):
+            union: Dict[str, set] = {}
+            for sha in self.modules:
+                for name, names in self._graph(sha)[1].items():
+                    union.setdefault(name, set()).update(names)
+            undefined = _undefined(reachable_symbols(union, kernel), union)
+        return [name for name, p in _STATE_SYMBOL if any(p.match(r) for r in undefined)]
 
     def closure(self, kernel: str) -> KernelIR:
         """The kernel's closure across translation units (from its own module when that suffices)."""
@@ -287,6 +323,10 @@ def selects(selector: Optional[Pattern[str]], mangled: str, demangled: str) -> b
     return selector is None or bool(selector.search(mangled) or selector.search(demangled))
 
 
+def _state_field(state: List[str]) -> str:
+    return ",".join(s for s in state if s != "fnptr") or "-"  # the recorder reads heap, printf, launch
+
+
 def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
     """The kernel table for every kernel of `index`, each entry from its module's reference graph
     (IRIndex.table_entry); unselected kernels keep only their device state (one that allocates from the
@@ -295,11 +335,11 @@ def table_text(index: IRIndex, selector: Optional[Pattern[str]]) -> str:
 
     lines = ["# mneme kernel table v1: K name selected nparams masked(param:offset:length) variables [state]"]
     for k in index.kernels():
-        nparams, masked, reached, device_state_ = index.table_entry(k)
-        state = ",".join(s for s in device_state_ if s != "fnptr") or "-"  # the recorder reads heap, printf
         if not selects(selector, k, demangle(k)):
-            lines.append(f"K\t{k}\t0\t0\t-\t-\t{state}")
+            lines.append(f"K\t{k}\t0\t0\t-\t-\t{_state_field(index.device_state(k))}")
             continue
+        nparams, masked, reached, device_state_ = index.table_entry(k)
+        state = _state_field(device_state_)
         ranges = ",".join(f"{p}:{o}:{n}" for p, o, n in masked) or "-"
         variables = ",".join(v for v in reached if "," not in v and "\t" not in v) or "-"
         lines.append(f"K\t{k}\t1\t{nparams}\t{ranges}\t{variables}\t{state}")
