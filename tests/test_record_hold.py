@@ -15,7 +15,7 @@ from typing import Dict, List
 
 import pytest
 
-from mnemetest import ROOT, cc
+from mnemetest import ROOT, cc, run_mneme
 
 FAKE = ROOT / "tests" / "data" / "fakecuda"
 KERNEL = "_Z6vecAddPKfS0_Pfi"
@@ -68,11 +68,15 @@ def test_a_launch_that_waits_for_its_held_stream_is_released_by_the_watchdog(bui
     assert KERNEL in warn["detail"] and "the watchdog released it" in warn["detail"]
     assert ev[-1]["ev"] == "exit" and ev[-1]["holds_broken"] == 1
 
-    from mneme.record.postprocess import postprocess
 
-    out = postprocess(tmp_path / "raw", tmp_path / "db")
-    assert out.holds_broken == 1 and "1 timed launch stayed held" in out.holds_line()
-    assert any("hold_broken" in w for w in out.warnings)
+def test_mneme_record_says_a_hold_broke(built, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKE_", "MNEME_")) and k != "LD_PRELOAD"}
+    env.update(LD_LIBRARY_PATH=str(built), MNEME_LIBRECORD=str(built / "librecord.so"), FAKE_LAUNCH_SYNCS="1",
+               MNEME_RECORD_HOLD_MS="50")
+    p = run_mneme("record", "-rdb", tmp_path / "db", "--", built / "app", 64, 256, 100, 64, 256, 101, env=env, timeout=120)
+    assert "1 timed launch stayed held until the hold watchdog released it (not timed)" in p.stderr, p.stderr
+    assert f"hold_broken: {KERNEL}: a timed launch stayed held for more than 50 ms" in p.stderr
+    assert "2 instances (2 new), 2 launches recorded, median 4.0 us in-app" in p.stdout, "the untimed launch adds no time"
 
 
 def test_a_broken_hold_inside_the_reruns_leaves_only_that_rerun_untimed(built, tmp_path):
