@@ -59,7 +59,7 @@ def test_a_launch_that_waits_for_its_held_stream_is_released_by_the_watchdog(bui
     assert time.monotonic() - t0 < 8
     assert p.stdout.count("waits for the held stream") == 1 and "deadlock" not in p.stdout, p.stdout
     assert holds(p.stdout) == [1]
-    assert p.stdout.count(f"launch 0x1000 grid 64 1 1 block 256 1 1") == 3, "every launch of the app exactly once"
+    assert p.stdout.count("launch 0x1000 grid 64 1 1 block 256 1 1") == 3, "every launch of the app exactly once"
     ev = events(tmp_path / "raw")
     insts = {e["i"]: e for e in ev if e["ev"] == "inst"}
     assert insts[0]["t_ns"] == 0, "the launch the watchdog released is not timed"
