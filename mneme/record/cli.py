@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"mneme record: {line}")
     for w in outcome.warnings:
         print(f"mneme record: warning: {w}", file=sys.stderr)
+    line = outcome.holds_line()
+    if line:
+        print(f"mneme record: warning: {line}", file=sys.stderr)
     if not outcome.complete:
         print("mneme record: the record is INCOMPLETE (a write failed or the app was killed mid-write); the DBs say "
               "Complete: false", file=sys.stderr)

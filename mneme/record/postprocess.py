@@ -83,6 +83,8 @@ class RecordOutcome:
     #: the recorder's own time over this run's recorded instances (RECORDER_TIME's names, summed)
     recorder_time: Dict[str, int] = field(default_factory=dict)
     recorded_instances: int = 0
+    #: timed launches the recorder's hold watchdog released, over all processes (rawlog.ProcessLog.holds_broken)
+    holds_broken: int = 0
     #: mneme record's own wall time around the app (runner.record fills it): prepare_s, app_s, postprocess_s
     wall_split: Dict[str, float] = field(default_factory=dict)
 
@@ -107,6 +109,15 @@ class RecordOutcome:
         return (f"recorder time {s('record_ns'):.3f} s for {self.recorded_instances} instance(s): "
                 f"copy {s('copy_ns'):.3f} s{rate}, hash/diff {s('diff_ns'):.3f} s, write {s('write_ns'):.3f} s, "
                 f"retime {s('retime_ns'):.3f} s")
+
+    def holds_line(self) -> Optional[str]:
+        """What a broken timing hold means for the in-app times, or None when none broke."""
+        if not self.holds_broken:
+            return None
+        n = self.holds_broken
+        return (f"{n} timed launch{'es' if n != 1 else ''} stayed held until the hold watchdog released "
+                f"{'them' if n != 1 else 'it'} (not timed); later timed launches of that process were not held, so "
+                "their in-app times include host launch latency (MNEME_RECORD_HOLD_MS)")
 
     @property
     def kernels_without_ir(self) -> List[str]:
@@ -475,6 +486,7 @@ def postprocess(raw_dir: Path, db_dir: Path, index: Optional[IRIndex] = None, ke
     for lg in logs:
         outcome.errors += [f"{lg.path.name}: {e}" for e in lg.errors]
         outcome.warnings += [f"{lg.path.name}: {w}" for w in lg.warnings]
+        outcome.holds_broken += lg.holds_broken
         for inst in lg.instances.values():
             outcome.recorded_instances += 1
             for key, v in inst.recorder_time.items():

@@ -137,6 +137,9 @@ class ProcessLog:
     errors: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     exit: Optional[Dict[str, Any]] = None
+    #: timed launches whose hold the recorder's watchdog released (native/hold): not timed, and the launches
+    #: timed after it were not held (their in-app times include host launch latency)
+    holds_broken: int = 0
     truncated: bool = False          # the last line was cut off (crash or full disk)
     write_failed: bool = False       # the recorder said a write failed
 
@@ -251,6 +254,7 @@ def _apply(log: ProcessLog, ev: Dict[str, Any]) -> None:
         log.warnings.append(ev.get("what", "") + (f": {ev['detail']}" if ev.get("detail") else ""))
     elif kind == "exit":
         log.exit = ev
+        log.holds_broken = int(ev.get("holds_broken", 0))
         if int(ev.get("incomplete", 0)):
             log.write_failed = True
 

@@ -2,6 +2,7 @@
 #ifndef MNEME_APPLY_INTERNAL_H
 #define MNEME_APPLY_INTERNAL_H
 
+#include "../hold/hold.h"
 #include "apply.h"
 
 #define MNA_HANDLES 4096
@@ -14,10 +15,9 @@ typedef struct {
   int first;
 } mna_handle;
 
-/* One timed launch: its event pair, taken before the hold, and the hold's number (0: not held). */
+/* One timed launch: its event pair, taken before the hold. */
 typedef struct {
   CUevent a, b;
-  uint32_t seq;
 } mna_timing;
 
 typedef struct {
@@ -56,6 +56,7 @@ typedef struct {
   CUresult (*memHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
   CUresult (*funcIsLoaded)(CUfunctionLoadingState *, CUfunction);
   CUresult (*funcLoad)(CUfunction);
+  CUresult (*memFreeHost)(void *);
 } mna_driver;
 
 typedef struct {
@@ -74,12 +75,7 @@ typedef struct {
   CUevent evpool[MNA_EVPOOL];
   size_t nevpool;
   uint64_t unmatched;
-  int hold_state, held;
-  uint32_t hold_seq; /* the last hold's number; the flag holds it once released */
-  volatile uint32_t *hold_flag;
-  CUdeviceptr hold_dflag;
-  uint64_t hold_ms;       /* a hold not released after this long is released by the watchdog */
-  uint64_t holds_broken;  /* holds the watchdog released (their launches are not timed) */
+  mn_hold hold;           /* timing.c; hold.broken: holds the watchdog released (their launches are not timed) */
   char warn[MNA_MAX_WARN][512];
   int nwarn;
 } mna_state;

@@ -70,6 +70,7 @@ static int load_driver(void) {
   LOAD(memHostGetDevicePointer, "cuMemHostGetDevicePointer");
   LOAD(funcIsLoaded, "cuFuncIsLoaded");
   LOAD(funcLoad, "cuFuncLoad");
+  LOAD(memFreeHost, "cuMemFreeHost");
   int ok = A.cu.ctxGetCurrent && A.cu.moduleLoad && A.cu.moduleGetFunction && A.cu.moduleGetGlobal &&
            A.cu.memcpyDtoDAsync && (A.cu.funcGetName || A.cu.kernelGetName);
   A.cu_loaded = ok ? 1 : -1;
@@ -214,7 +215,7 @@ static void write_stats(void) {
     fputc('\n', fd);
   }
   fprintf(fd, "unmatched %llu\n", (unsigned long long)A.unmatched);
-  fprintf(fd, "holds_broken %llu\n", (unsigned long long)A.holds_broken);
+  fprintf(fd, "holds_broken %llu\n", (unsigned long long)A.hold.broken);
   for (int i = 0; i < A.nwarn; i++) fprintf(fd, "warn %s\n", A.warn[i]);
   if (A.check_failed[0]) fprintf(fd, "check_failed %s\n", A.check_failed);
   if (fclose(fd) != 0 || rename(tmp, A.stats_path) != 0) mna_warn("cannot write the statistics to %s", A.stats_path);

@@ -85,15 +85,25 @@ static mn_kernel *kernel_of(CUfunction f) {
   return k;
 }
 
+/* The driver calls of the timing hold (native/hold). */
+static mn_hold_calls hold_calls(void) {
+  mn_hold_calls c = {D.streamWaitValue32, D.hostAlloc, D.hostGetDevicePointer, D.freeHost, D.funcIsLoaded, D.funcLoad};
+  return c;
+}
+
 /* A CUfunction for the kernel in the current context, loaded. */
 static CUfunction function_of(mn_kernel *k, CUfunction launched) {
   CUfunction f = NULL;
   if (k->kern && D.kernelGetFunction && D.kernelGetFunction(&f, k->kern) != CUDA_SUCCESS) f = NULL;
   if (!f && k->func) f = k->func;
   if (!f && (CUkernel)launched != k->kern) f = launched;
-  if (f && D.funcIsLoaded && D.funcLoad) {
-    CUfunctionLoadingState st;
-    if (D.funcIsLoaded(&st, f) == CUDA_SUCCESS && st != CU_FUNCTION_LOADING_STATE_LOADED) D.funcLoad(f);
+  mn_hold_calls c = hold_calls();
+  CUresult r = mn_hold_load_function(&c, f); /* lazy loading: before its first held launch (native/hold) */
+  if (r != CUDA_SUCCESS) {
+    static int warned;
+    char why[512];
+    snprintf(why, sizeof why, "%s: %s", k->name, mn_cu_err(r));
+    mn_warn_once(&warned, "cannot load a function before its timed launch (its first launch may load it)", why);
   }
   return f;
 }
@@ -704,48 +714,47 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
  * timed, with the prologue written back after each run; the recorded launch then starts from exactly
  * the prologue. Every timed launch waits behind a host flag (cuStreamWaitValue32) released only once
  * the start event, the launch and the end event are queued, so host launch latency stays out of the
- * timing, as in the replay core. */
-
-static volatile uint32_t *hold_flag;
-static CUdeviceptr hold_dflag;
-static int hold_state; /* 0 unknown, 1 ready, -1 unavailable */
+ * timing, as in the replay core: native/hold, with its growing flag and its watchdog (MNEME_RECORD_HOLD,
+ * MNEME_RECORD_HOLD_MS); the functions are loaded before (function_of), and a hold the watchdog released
+ * leaves that launch untimed, turns holds off for the rest of the run, warns, and counts in the exit
+ * event's holds_broken. */
 
 static int hold_ready(void) {
-  if (hold_state) return hold_state > 0;
-  hold_state = -1;
-  if (!D.streamWaitValue32) return 0;
-  void *h = NULL;
-  CUdeviceptr d = 0;
-  if (D.hostAlloc(&h, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return 0;
-  if (D.hostGetDevicePointer(&d, h, 0) != CUDA_SUCCESS) {
-    D.freeHost(h);
-    return 0;
+  if (!R.hold.state) {
+    static int warned;
+    mn_hold_calls c = hold_calls();
+    const char *why = mn_hold_setup(&R.hold, &c, R.cfg.hold != 0, R.cfg.hold_ms);
+    if (why) mn_warn_once(&warned, "timed launches are not held (host launch latency is timed)", why);
   }
-  hold_flag = (volatile uint32_t *)h;
-  hold_dflag = d;
-  hold_state = 1;
+  return mn_hold_on(&R.hold);
+}
+
+/* Raises the flag of the current hold; 1 when the watchdog had to (the launch is then not timed). */
+static int release_hold(const mn_kernel *k) {
+  if (!mn_hold_release(&R.hold)) return 0;
+  static int warned;
+  char why[1024];
+  snprintf(why, sizeof why,
+           "%s: a timed launch stayed held for more than %llu ms (the driver waited for the held stream inside the "
+           "launch); the watchdog released it, its time is not counted and timed launches are no longer held "
+           "(MNEME_RECORD_HOLD_MS)", k->name, (unsigned long long)R.hold.ms);
+  mn_warn_once(&warned, "hold_broken", why);
   return 1;
 }
 
-/* Launches once, timed with events; fills the launch status, the status after synchronizing, and ns. */
-static void held_launch(const mn_launch *L, CUresult *r, CUresult *after, uint64_t *ns) {
+/* Launches once, timed with events; fills the launch status, the status after synchronizing, and ns (0:
+ * not timed). Everything that may call the driver comes before the hold: only the launch and two event
+ * records follow it. */
+static void held_launch(const mn_launch *L, const mn_kernel *k, CUresult *r, CUresult *after, uint64_t *ns) {
   *ns = 0;
-  int held = 0;
-  if (hold_ready()) {
-    *hold_flag = 0;
-    __sync_synchronize();
-    held = D.streamWaitValue32(L->ev_stream, hold_dflag, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-  }
-  CUevent e0 = ev_get(), e1 = ev_get();
-  if (e0) D.eventRecord(e0, L->ev_stream);
+  CUevent e0 = ev_get(), e1 = e0 ? ev_get() : NULL;
+  if (hold_ready()) mn_hold_begin(&R.hold, L->ev_stream);
+  int started = e1 && D.eventRecord(e0, L->ev_stream) == CUDA_SUCCESS;
   *r = fire(L);
-  if (e1) D.eventRecord(e1, L->ev_stream);
-  if (held) {
-    __sync_synchronize();
-    *hold_flag = 1; /* always released, whatever happened above */
-  }
+  int timed = started && *r == CUDA_SUCCESS && D.eventRecord(e1, L->ev_stream) == CUDA_SUCCESS;
+  if (release_hold(k)) timed = 0; /* always released, whatever happened above */
   *after = *r == CUDA_SUCCESS ? D.ctxSynchronize() : *r;
-  if (*after == CUDA_SUCCESS && e0 && e1) elapsed_ns(e0, e1, ns);
+  if (*after == CUDA_SUCCESS && timed) elapsed_ns(e0, e1, ns);
   ev_put(e0);
   ev_put(e1);
 }
@@ -778,7 +787,7 @@ static uint32_t retime(const mn_launch *L, mn_kernel *k, const snapshot_set *s, 
     if (budget && i && mn_precise_ns() - t0 >= budget) break; /* the time bound comes first */
     CUresult r, after;
     uint64_t ns;
-    held_launch(L, &r, &after, &ns);
+    held_launch(L, k, &r, &after, &ns);
     if (r != CUDA_SUCCESS || after != CUDA_SUCCESS) break;
     if (ns) out[got++] = ns;
     if (restore_prologue(s)) {
@@ -840,7 +849,7 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
   t_rt = mn_precise_ns() - t_rt;
   uint64_t t_ns = 0;
   CUresult r, after;
-  held_launch(L, &r, &after, &t_ns);
+  held_launch(L, k, &r, &after, &t_ns);
   if (t_ns) k->last_run_ns = t_ns;
   if (after != CUDA_SUCCESS) {
     snprintf(why, sizeof why, "%s: %s", k->name, mn_cu_err(after));

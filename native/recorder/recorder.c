@@ -16,6 +16,8 @@
  *   MNEME_MAX_SAMPLES     in-app timing samples kept per instance
  *   MNEME_RETIME          extra timed runs of each new instance, at most (default 10)
  *   MNEME_RETIME_BUDGET_US and at most this much wall time per instance, in us (default 1000000; 0: no bound)
+ *   MNEME_RECORD_HOLD     0: timed launches are not held behind the host flag (launch.c, native/hold)
+ *   MNEME_RECORD_HOLD_MS  the hold watchdog's bound in milliseconds (default 100)
  */
 #include "state.h"
 
@@ -256,6 +258,8 @@ static void init_once(void) {
   c->retime = (uint32_t)env_u64("MNEME_RETIME", 10);
   c->retime_budget_ns = env_u64("MNEME_RETIME_BUDGET_US", 1000000) * 1000ull;
   c->snap_pool_bytes = env_u64("MNEME_SNAP_POOL", 2ull << 30);
+  c->hold = env_u64("MNEME_RECORD_HOLD", 1) != 0;
+  c->hold_ms = env_u64("MNEME_RECORD_HOLD_MS", MN_HOLD_MS_DEFAULT);
   char fmt[16];
   env_str("MNEME_EPILOGUE_FORMAT", fmt, sizeof fmt, "diff");
   c->epilogue_format = strcmp(fmt, "bytes") == 0 ? 1 : strcmp(fmt, "best") == 0 ? 2 : 0;
@@ -812,6 +816,7 @@ static void write_exit_event(const char *how, int sig, char *buf, size_t cap) {
   if (sig) mn_line_i64(&l, "signal", sig);
   mn_line_u64(&l, "incomplete", (uint64_t)R.incomplete);
   mn_line_u64(&l, "stored_bytes", R.stored_bytes);
+  mn_line_u64(&l, "holds_broken", R.hold.broken); /* timed launches the hold watchdog released: not timed */
   size_t n = mn_line_end(&l);
   if (n) {
     open_log();

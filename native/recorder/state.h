@@ -23,6 +23,7 @@
 #include <regex.h>
 #include <stdint.h>
 
+#include "../hold/hold.h"
 #include "../interpose/interpose.h"
 #include "../snapshot.h"
 #include "arena.h"
@@ -158,6 +159,8 @@ typedef struct mn_config {
   uint32_t retime;            /* extra timed launches of a new instance, at most (MNEME_RETIME) */
   uint64_t retime_budget_ns;  /* and at most this long per instance (MNEME_RETIME_BUDGET_US; 0: no bound) */
   uint64_t snap_pool_bytes;   /* pinned host memory kept for snapshot buffers across instances (MNEME_SNAP_POOL) */
+  uint32_t hold;              /* 0: timed launches are not held (MNEME_RECORD_HOLD) */
+  uint64_t hold_ms;           /* the hold watchdog's bound (MNEME_RECORD_HOLD_MS) */
   int have_regex;
   regex_t regex;
   mn_ktab ktab;
@@ -212,6 +215,7 @@ typedef struct mn_state {
   size_t npending, cappending, pending_head;
   CUevent *evpool;
   size_t nevpool, capevpool;
+  mn_hold hold;               /* the timing hold (launch.c, native/hold); hold.broken goes into the exit event */
   uint64_t launches_since_flush;
   uint64_t last_flush_ns;
   int exit_hook;

@@ -75,6 +75,14 @@ def test_recording_leaves_the_apps_result_unchanged(small_recordings, name):
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
+def test_no_timed_launch_stays_held_until_the_watchdog(small_recordings, name):
+    # native/hold: functions are loaded before the first held launch, so the driver never waits for the held
+    # stream inside a launch and the watchdog (MNEME_RECORD_HOLD_MS) never has to release a hold
+    rec = small_recordings[name]
+    assert "hold_broken" not in rec.stderr and "hold watchdog" not in rec.stderr, rec.stderr
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
 def test_each_example_records_its_kernels_with_ir_and_provenance(small_recordings, name):
     rec = small_recordings[name]
     dbs = dbs_of(rec)
