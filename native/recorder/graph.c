@@ -1,0 +1,748 @@
+/* CUDA graphs. A graph's kernels run without passing through the launch entry points, so at
+ * instantiation (every cuGraphInstantiate* ABI) the recorder keeps a *plan* of the graph: its nodes in a
+ * topological order with their parameters deep-copied (kernel arguments by the kernel's parameter
+ * layout: apps destroy the source graph right after instantiating), child graphs as plans of their own.
+ * Exec updates (cuGraphExec*SetParams, cuGraphExecNodeSetParams, cuGraphNodeSetEnabled, cuGraphExecUpdate)
+ * refresh the plan; cuGraphExecDestroy frees it.
+ *
+ * A cuGraphLaunch of a plan with a selected kernel not recorded yet runs the plan node by node on the
+ * launch stream, in its topological order (one legal execution of the graph): each kernel node through
+ * the recorder's launch path, so it is recorded like a stream launch; copies, memsets, host functions,
+ * events as the corresponding stream calls. Later launches go to the real cuGraphLaunch and count into
+ * the instances recorded (without in-app timing samples: the graph runs its kernels as one unit).
+ * A graph with a node that cannot be run so (memory allocation/free, conditional, batch memory
+ * operations, external semaphores, a device-launchable graph, a kernel node with launch attributes)
+ * always goes to the real cuGraphLaunch, and its selected kernels are counted as graph_opaque with the
+ * reason in a "graph" event. All plans are guarded by R.mu. */
+#include "state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct {
+  int state; /* 0 not loaded, 1 loaded, -1 a required call is missing */
+  PFN_cuGraphGetNodes_v10000 getNodes;
+  PFN_cuGraphGetEdges_v10000 getEdges;
+  PFN_cuGraphGetEdges_v12030 getEdges2;
+  PFN_cuGraphNodeGetType_v10000 nodeType;
+  PFN_cuGraphKernelNodeGetParams_v12000 kernelParams;
+  PFN_cuGraphKernelNodeGetAttribute_v11000 kernelAttr;
+  PFN_cuGraphMemcpyNodeGetParams_v10000 memcpyParams;
+  PFN_cuGraphMemsetNodeGetParams_v10000 memsetParams;
+  PFN_cuGraphHostNodeGetParams_v10000 hostParams;
+  PFN_cuGraphChildGraphNodeGetGraph_v10000 childGraph;
+  PFN_cuGraphEventRecordNodeGetEvent_v11010 recordEvent;
+  PFN_cuGraphEventWaitNodeGetEvent_v11010 waitEvent;
+  PFN_cuMemcpy3DAsync_v3020 memcpy3DAsync;
+  PFN_cuMemsetD2D8Async_v3020 set8;
+  PFN_cuMemsetD2D16Async_v3020 set16;
+  PFN_cuMemsetD2D32Async_v3020 set32;
+  PFN_cuStreamWaitEvent_v3020 streamWaitEvent;
+} G;
+
+static int load(void) {
+  if (G.state) return G.state > 0;
+  char why[256];
+  G.state = -1;
+  if (mn_drv_load(why, sizeof why)) return 0;
+#define GET(field, name, version) G.field = (__typeof__(G.field))mn_ip_real(name, version)
+  GET(getNodes, "cuGraphGetNodes", 10000);
+  GET(getEdges, "cuGraphGetEdges", 10000);
+  GET(getEdges2, "cuGraphGetEdges", 12030);
+  GET(nodeType, "cuGraphNodeGetType", 10000);
+  GET(kernelParams, "cuGraphKernelNodeGetParams", 12000);
+  GET(kernelAttr, "cuGraphKernelNodeGetAttribute", 11000);
+  GET(memcpyParams, "cuGraphMemcpyNodeGetParams", 10000);
+  GET(memsetParams, "cuGraphMemsetNodeGetParams", 10000);
+  GET(hostParams, "cuGraphHostNodeGetParams", 10000);
+  GET(childGraph, "cuGraphChildGraphNodeGetGraph", 10000);
+  GET(recordEvent, "cuGraphEventRecordNodeGetEvent", 11010);
+  GET(waitEvent, "cuGraphEventWaitNodeGetEvent", 11010);
+  GET(memcpy3DAsync, "cuMemcpy3DAsync", 3020);
+  GET(set8, "cuMemsetD2D8Async", 3020);
+  GET(set16, "cuMemsetD2D16Async", 3020);
+  GET(set32, "cuMemsetD2D32Async", 3020);
+  GET(streamWaitEvent, "cuStreamWaitEvent", 3020);
+#undef GET
+  if (G.getNodes && (G.getEdges || G.getEdges2) && G.nodeType && G.kernelParams) G.state = 1;
+  return G.state > 0;
+}
+
+typedef struct gplan gplan;
+
+typedef struct gnode {
+  CUgraphNode src;        /* the node of the graph the plan was built from */
+  CUgraphNode alias;      /* after cuGraphExecUpdate: the original graph's node at the same place (or NULL) */
+  size_t place;           /* its position in cuGraphGetNodes' answer */
+  CUgraphNodeType type;
+  int disabled;
+  /* kernel */
+  mn_kernel *k;
+  CUfunction f;           /* a CUfunction, or a CUkernel in its place */
+  unsigned grid[3], block[3], shmem;
+  uint8_t *args;
+  void **argv;
+  mn_inst *inst;          /* the recorded instance its launches count into */
+  int settled;            /* nothing (more) to record for it */
+  int skip;               /* settled without an instance: what its launches are counted as */
+  /* other kinds */
+  CUDA_MEMCPY3D copy;
+  CUDA_MEMSET_NODE_PARAMS set;
+  CUDA_HOST_NODE_PARAMS host;
+  CUevent ev;
+  gplan *child;
+} gnode;
+
+struct gplan {
+  CUgraphExec exec;
+  gnode *nodes;
+  size_t n;
+  char why[192];          /* set: cannot be run node by node */
+  int why_skip;           /* then its selected kernels are counted as this */
+  gplan *next;
+};
+
+static gplan *plans;
+
+static void plan_free(gplan *p);
+
+static void node_clear(gnode *n) {
+  free(n->args);
+  free(n->argv);
+  n->args = NULL;
+  n->argv = NULL;
+  if (n->child) plan_free(n->child);
+  n->child = NULL;
+}
+
+static void plan_free(gplan *p) {
+  if (!p) return;
+  for (size_t i = 0; i < p->n; i++) node_clear(&p->nodes[i]);
+  free(p->nodes);
+  free(p);
+}
+
+static void opaque(gplan *p, int skip, const char *why) {
+  if (p->why[0]) return;
+  p->why_skip = skip;
+  snprintf(p->why, sizeof p->why, "%s", why);
+}
+
+static const char *type_name(CUgraphNodeType t) {
+  switch (t) {
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL: return "an external semaphore signal node";
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT: return "an external semaphore wait node";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "a memory allocation node";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return "a memory free node";
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return "a batch memory operation node";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return "a conditional node";
+    default: return "a node of a type the recorder does not know";
+  }
+}
+
+/* A kernel node's parameters into the plan (deep copy); the plan is made opaque when they cannot be. */
+static void kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, const unsigned grid[3],
+                       const unsigned block[3], unsigned shmem, void **params, void **extra) {
+  free(n->args);
+  free(n->argv);
+  n->args = NULL;
+  n->argv = NULL;
+  n->f = func ? func : (CUfunction)kern;
+  memcpy(n->grid, grid, sizeof n->grid);
+  memcpy(n->block, block, sizeof n->block);
+  n->shmem = shmem;
+  n->inst = NULL;
+  n->skip = -1;
+  n->k = n->f ? mn_kernel_of(n->f) : NULL;
+  n->settled = !n->k || !mn_kernel_selected(n->k);
+  if (!n->k) { opaque(p, MN_SKIP_FAILED, "a kernel node without a kernel (or out of memory)"); return; }
+  if (!mn_kernel_layout(n->k, n->f)) { opaque(p, MN_SKIP_NO_PARAM_INFO, "the driver gave no parameter layout of a kernel node"); return; }
+  mn_kernel *k = n->k;
+  n->args = calloc(k->argbytes + 1, 1);
+  n->argv = calloc(k->nparams + 1, sizeof *n->argv);
+  if (!n->args || !n->argv) { opaque(p, MN_SKIP_FAILED, "out of host memory copying a kernel node"); return; }
+  const void *buf = NULL;
+  size_t size = 0;
+  for (size_t i = 0; !params && extra && extra[i] != CU_LAUNCH_PARAM_END && i < 64; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
+    else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) size = *(const size_t *)extra[i + 1];
+  }
+  if (params) {
+    for (uint32_t i = 0; i < k->nparams; i++)
+      if (params[i]) memcpy(n->args + k->poff[i], params[i], k->psize[i]);
+  } else if (buf) {
+    memcpy(n->args, buf, size < k->argbytes ? size : k->argbytes);
+  } else if (k->nparams) {
+    { opaque(p, MN_SKIP_NO_PARAM_INFO, "a kernel node without its arguments"); return; }
+  }
+  for (uint32_t i = 0; i < k->nparams; i++) n->argv[i] = n->args + k->poff[i];
+}
+
+/* A kernel node launched with attributes other than the defaults (clusters, cooperative) would launch
+ * differently through cuLaunchKernel: such graphs are not run node by node. */
+static int kernel_attributes_default(CUgraphNode node) {
+  if (!G.kernelAttr) return 1;
+  CUkernelNodeAttrValue v;
+  memset(&v, 0, sizeof v);
+  if (G.kernelAttr(node, CU_KERNEL_NODE_ATTRIBUTE_CLUSTER_DIMENSION, &v) == CUDA_SUCCESS &&
+      (uint64_t)v.clusterDim.x * (v.clusterDim.y ? v.clusterDim.y : 1) * (v.clusterDim.z ? v.clusterDim.z : 1) > 1)
+    return 0;
+  memset(&v, 0, sizeof v);
+  if (G.kernelAttr(node, CU_KERNEL_NODE_ATTRIBUTE_COOPERATIVE, &v) == CUDA_SUCCESS && v.cooperative) return 0;
+  return 1;
+}
+
+static int build(gplan *p, CUgraph g, int depth);
+
+static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
+  CUresult r = CUDA_SUCCESS;
+  char why[160];
+  n->src = node;
+  if (G.nodeType(node, &n->type) != CUDA_SUCCESS) { opaque(p, MN_SKIP_GRAPH_OPAQUE, "cuGraphNodeGetType failed"); return; }
+  switch (n->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS_v2 kp;
+      memset(&kp, 0, sizeof kp);
+      if ((r = G.kernelParams(node, &kp)) != CUDA_SUCCESS) break;
+      if (!kernel_attributes_default(node)) {
+        kernel_set(p, n, kp.func, kp.kern, (unsigned[]){kp.gridDimX, kp.gridDimY, kp.gridDimZ},
+                   (unsigned[]){kp.blockDimX, kp.blockDimY, kp.blockDimZ}, kp.sharedMemBytes, NULL, NULL);
+        { opaque(p, MN_SKIP_GRAPH_OPAQUE, "a kernel node with a cluster or cooperative launch attribute"); return; }
+      }
+      kernel_set(p, n, kp.func, kp.kern, (unsigned[]){kp.gridDimX, kp.gridDimY, kp.gridDimZ},
+                 (unsigned[]){kp.blockDimX, kp.blockDimY, kp.blockDimZ}, kp.sharedMemBytes, kp.kernelParams, kp.extra);
+      return;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (!G.memcpyParams || !G.memcpy3DAsync) break;
+      r = G.memcpyParams(node, &n->copy);
+      break;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      if (!G.memsetParams || !G.set8 || !G.set16 || !G.set32) break;
+      r = G.memsetParams(node, &n->set);
+      break;
+    case CU_GRAPH_NODE_TYPE_HOST:
+      if (!G.hostParams) break;
+      r = G.hostParams(node, &n->host);
+      break;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      if (!G.recordEvent) break;
+      r = G.recordEvent(node, &n->ev);
+      break;
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      if (!G.waitEvent || !G.streamWaitEvent) break;
+      r = G.waitEvent(node, &n->ev);
+      break;
+    case CU_GRAPH_NODE_TYPE_EMPTY: return;
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      CUgraph cg = NULL;
+      if (!G.childGraph) break;
+      if ((r = G.childGraph(node, &cg)) != CUDA_SUCCESS) break;
+      n->child = calloc(1, sizeof *n->child);
+      if (!n->child) { opaque(p, MN_SKIP_FAILED, "out of host memory"); return; }
+      build(n->child, cg, depth + 1);
+      if (n->child->why[0]) opaque(p, n->child->why_skip, n->child->why);
+      return;
+    }
+    default:
+      snprintf(why, sizeof why, "the graph has %s", type_name(n->type));
+      { opaque(p, MN_SKIP_GRAPH_OPAQUE, why); return; }
+  }
+  if (r != CUDA_SUCCESS) {
+    snprintf(why, sizeof why, "reading a graph node (type %d) failed: %s", (int)n->type, mn_cu_err(r));
+    { opaque(p, MN_SKIP_GRAPH_OPAQUE, why); return; }
+  }
+  /* a getter the driver lacks */
+  if (!(n->type == CU_GRAPH_NODE_TYPE_MEMCPY ? G.memcpyParams && G.memcpy3DAsync
+        : n->type == CU_GRAPH_NODE_TYPE_MEMSET ? G.memsetParams && G.set8 && G.set16 && G.set32
+        : n->type == CU_GRAPH_NODE_TYPE_HOST ? G.hostParams != NULL
+        : n->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? G.recordEvent != NULL
+        : n->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT ? G.waitEvent && G.streamWaitEvent
+        : G.childGraph != NULL)) {
+    snprintf(why, sizeof why, "the driver lacks the calls to run a node of type %d", (int)n->type);
+    opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
+  }
+}
+
+typedef struct hidx { CUgraphNode h; size_t i; } hidx;
+static int hidx_cmp(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t)((const hidx *)a)->h, y = (uintptr_t)((const hidx *)b)->h;
+  return x < y ? -1 : x > y;
+}
+static size_t index_of(const hidx *sorted, size_t n, CUgraphNode h) {
+  hidx key = {h, 0};
+  const hidx *f = bsearch(&key, sorted, n, sizeof *sorted, hidx_cmp);
+  return f ? f->i : (size_t)-1;
+}
+
+/* The graph's nodes in a topological order (Kahn), each filled in. 0, or -1 with p->why set. */
+static int build(gplan *p, CUgraph g, int depth) {
+  if (depth > 32) {
+    opaque(p, MN_SKIP_GRAPH_OPAQUE, "child graphs nested too deeply");
+    return -1;
+  }
+  size_t n = 0, ne = 0;
+  CUgraphNode *nodes = NULL, *from = NULL, *to = NULL;
+  hidx *sorted = NULL;
+  size_t *indeg = NULL, *order = NULL;
+  int rc = -1;
+  CUresult r = G.getNodes(g, NULL, &n);
+  if (r != CUDA_SUCCESS) goto fail;
+  nodes = calloc(n + 1, sizeof *nodes);
+  if (!nodes) goto oom;
+  if ((r = G.getNodes(g, nodes, &n)) != CUDA_SUCCESS) goto fail;
+  r = G.getEdges2 ? G.getEdges2(g, NULL, NULL, NULL, &ne) : G.getEdges(g, NULL, NULL, &ne);
+  if (r != CUDA_SUCCESS) goto fail;
+  from = calloc(ne + 1, sizeof *from);
+  to = calloc(ne + 1, sizeof *to);
+  if (!from || !to) goto oom;
+  /* edge data (programmatic dependencies) only loosen the order: a sequential run satisfies them */
+  if (G.getEdges2) {
+    CUgraphEdgeData *data = calloc(ne + 1, sizeof *data);
+    if (!data) goto oom;
+    r = G.getEdges2(g, from, to, data, &ne);
+    free(data);
+  } else {
+    r = G.getEdges(g, from, to, &ne);
+  }
+  if (r != CUDA_SUCCESS) goto fail;
+  sorted = calloc(n + 1, sizeof *sorted);
+  indeg = calloc(n + 1, sizeof *indeg);
+  order = calloc(n + 1, sizeof *order);
+  p->nodes = calloc(n + 1, sizeof *p->nodes);
+  if (!sorted || !indeg || !order || !p->nodes) goto oom;
+  for (size_t i = 0; i < n; i++) sorted[i] = (hidx){nodes[i], i};
+  qsort(sorted, n, sizeof *sorted, hidx_cmp);
+  for (size_t e = 0; e < ne; e++) {
+    size_t t = index_of(sorted, n, to[e]);
+    if (t == (size_t)-1 || index_of(sorted, n, from[e]) == (size_t)-1) {
+      opaque(p, MN_SKIP_GRAPH_OPAQUE, "an edge names a node the graph does not list");
+      goto out;
+    }
+    indeg[t]++;
+  }
+  size_t head = 0, tail = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!indeg[i]) order[tail++] = i;
+  while (head < tail) {
+    size_t u = order[head++];
+    for (size_t e = 0; e < ne; e++)
+      if (from[e] == nodes[u]) {
+        size_t t = index_of(sorted, n, to[e]);
+        if (--indeg[t] == 0) order[tail++] = t;
+      }
+  }
+  if (tail != n) {
+    opaque(p, MN_SKIP_GRAPH_OPAQUE, "the graph's edges form a cycle");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    gnode *gn = &p->nodes[p->n++];
+    gn->place = order[i];
+    gn->skip = -1;
+    gn->settled = 1;
+    node_fill(p, gn, nodes[order[i]], depth);
+  }
+  rc = p->why[0] ? -1 : 0;
+  goto out;
+oom:
+  opaque(p, MN_SKIP_FAILED, "out of host memory reading a graph");
+  goto out;
+fail: {
+  char why[160];
+  snprintf(why, sizeof why, "reading the graph failed: %s", mn_cu_err(r));
+  opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
+}
+out:
+  free(nodes);
+  free(from);
+  free(to);
+  free(sorted);
+  free(indeg);
+  free(order);
+  return rc;
+}
+
+static gplan **plan_slot(CUgraphExec e) {
+  for (gplan **p = &plans; *p; p = &(*p)->next)
+    if ((*p)->exec == e) return p;
+  return NULL;
+}
+
+static gplan *plan_of(CUgraphExec e) {
+  gplan **p = plan_slot(e);
+  return p ? *p : NULL;
+}
+
+static gnode *node_of(gplan *p, CUgraphNode h) {
+  for (size_t i = 0; p && i < p->n; i++)
+    if (p->nodes[i].src == h || (p->nodes[i].alias && p->nodes[i].alias == h)) return &p->nodes[i];
+  return NULL;
+}
+
+static char gbuf[1024];
+
+static void log_plan(const gplan *p, const char *what) {
+  uint64_t kernels = 0;
+  for (size_t i = 0; i < p->n; i++) kernels += p->nodes[i].type == CU_GRAPH_NODE_TYPE_KERNEL;
+  mn_line l;
+  mn_line_begin(&l, gbuf, sizeof gbuf, "graph");
+  mn_line_u64(&l, "exec", (uint64_t)(uintptr_t)p->exec);
+  mn_line_str(&l, "at", what);
+  mn_line_u64(&l, "nodes", p->n);
+  mn_line_u64(&l, "kernels", kernels);
+  if (p->why[0]) mn_line_str(&l, "why", p->why);
+  mn_log_event(&l);
+}
+
+/* A new plan for `e` from graph `g`, replacing any plan `e` had; R.mu held. */
+static gplan *plan_new(CUgraphExec e, CUgraph g, unsigned long long flags, const char *what) {
+  gplan **old = plan_slot(e);
+  gplan *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->exec = e;
+  if (!load()) opaque(p, MN_SKIP_GRAPH_OPAQUE, "the driver lacks the calls that read a graph");
+  else if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) opaque(p, MN_SKIP_GRAPH_OPAQUE, "instantiated for device launch");
+  else build(p, g, 0);
+  if (old) {
+    gplan *o = *old;
+    /* updated in place: the original graph's nodes keep naming the same places */
+    for (size_t i = 0; i < p->n && o->n == p->n; i++)
+      for (size_t j = 0; j < o->n; j++)
+        if (o->nodes[j].place == p->nodes[i].place && o->nodes[j].type == p->nodes[i].type)
+          p->nodes[i].alias = o->nodes[j].alias ? o->nodes[j].alias : o->nodes[j].src;
+    p->next = o->next;
+    *old = p;
+    plan_free(o);
+  } else {
+    p->next = plans;
+    plans = p;
+  }
+  log_plan(p, what);
+  return p;
+}
+
+static int recording(void) { return R.active && !R.broken; }
+
+static void instantiated(CUresult r, CUgraphExec *e, CUgraph g, unsigned long long flags) {
+  if (r != CUDA_SUCCESS || !e || !recording()) return;
+  pthread_mutex_lock(&R.mu);
+  if (!plan_new(*e, g, flags, "instantiate")) mn_error("out of host memory keeping a graph", NULL);
+  pthread_mutex_unlock(&R.mu);
+}
+
+CUresult mn_cu_graph_instantiate_v1(const mn_ip_slot *s, CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t n) {
+  CUresult r = ((PFN_cuGraphInstantiate_v11000)s->real)(e, g, err, log, n);
+  instantiated(r, e, g, 0);
+  return r;
+}
+
+CUresult mn_cu_graph_instantiate_with_flags(const mn_ip_slot *s, CUgraphExec *e, CUgraph g, unsigned long long flags) {
+  CUresult r = ((PFN_cuGraphInstantiateWithFlags_v11040)s->real)(e, g, flags);
+  instantiated(r, e, g, flags);
+  return r;
+}
+
+CUresult mn_cu_graph_instantiate_with_params(const mn_ip_slot *s, CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+  CUresult r = ((PFN_cuGraphInstantiateWithParams_v12000)s->real)(e, g, p);
+  instantiated(p && p->result_out != CUDA_GRAPH_INSTANTIATE_SUCCESS ? CUDA_ERROR_INVALID_VALUE : r, e, g, p ? p->flags : 0);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_destroy(const mn_ip_slot *s, CUgraphExec e) {
+  if (recording()) {
+    pthread_mutex_lock(&R.mu);
+    gplan **p = plan_slot(e);
+    if (p) {
+      gplan *o = *p;
+      *p = o->next;
+      plan_free(o);
+    }
+    pthread_mutex_unlock(&R.mu);
+  }
+  return ((PFN_cuGraphExecDestroy_v10000)s->real)(e);
+}
+
+/* ---- exec updates -------------------------------------------------------------------------------- */
+
+/* The plan node an update names, with R.mu taken (NULL, unlocked, when there is none). */
+static gnode *updating(CUresult r, CUgraphExec e, CUgraphNode h, gplan **p) {
+  if (r != CUDA_SUCCESS || !recording()) return NULL;
+  pthread_mutex_lock(&R.mu);
+  *p = plan_of(e);
+  gnode *n = node_of(*p, h);
+  if (!n) pthread_mutex_unlock(&R.mu);
+  return n;
+}
+
+static void kernel_update(gplan *p, gnode *n, CUfunction f, CUkernel kern, unsigned gx, unsigned gy, unsigned gz,
+                          unsigned bx, unsigned by, unsigned bz, unsigned shm, void **params, void **extra) {
+  if (n->type != CU_GRAPH_NODE_TYPE_KERNEL) return;
+  kernel_set(p, n, f, kern, (unsigned[]){gx, gy, gz}, (unsigned[]){bx, by, bz}, shm, params, extra);
+  if (p->why[0]) log_plan(p, "update");
+}
+
+CUresult mn_cu_graph_exec_kernel_set_v1(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS_v1 *kp) {
+  CUresult r = ((PFN_cuGraphExecKernelNodeSetParams_v10010)s->real)(e, h, kp);
+  gplan *p;
+  gnode *n = kp ? updating(r, e, h, &p) : NULL;
+  if (!n) return r;
+  kernel_update(p, n, kp->func, NULL, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
+                kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_kernel_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS_v2 *kp) {
+  CUresult r = ((PFN_cuGraphExecKernelNodeSetParams_v12000)s->real)(e, h, kp);
+  gplan *p;
+  gnode *n = kp ? updating(r, e, h, &p) : NULL;
+  if (!n) return r;
+  kernel_update(p, n, kp->func, kp->kern, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
+                kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_memcpy_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_MEMCPY3D *cp, CUcontext c) {
+  CUresult r = ((PFN_cuGraphExecMemcpyNodeSetParams_v10020)s->real)(e, h, cp, c);
+  gplan *p;
+  gnode *n = cp ? updating(r, e, h, &p) : NULL;
+  if (!n) return r;
+  n->copy = *cp;
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_memset_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_MEMSET_NODE_PARAMS *sp, CUcontext c) {
+  CUresult r = ((PFN_cuGraphExecMemsetNodeSetParams_v10020)s->real)(e, h, sp, c);
+  gplan *p;
+  gnode *n = sp ? updating(r, e, h, &p) : NULL;
+  if (!n) return r;
+  n->set = *sp;
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_host_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_HOST_NODE_PARAMS *hp) {
+  CUresult r = ((PFN_cuGraphExecHostNodeSetParams_v10020)s->real)(e, h, hp);
+  gplan *p;
+  gnode *n = hp ? updating(r, e, h, &p) : NULL;
+  if (!n) return r;
+  n->host = *hp;
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+static void child_update(gplan *p, gnode *n, CUgraph child) {
+  if (n->type != CU_GRAPH_NODE_TYPE_GRAPH) return;
+  node_clear(n);
+  n->child = calloc(1, sizeof *n->child);
+  if (!n->child) opaque(p, MN_SKIP_FAILED, "out of host memory");
+  else if (build(n->child, child, 1)) opaque(p, n->child->why_skip, n->child->why);
+  if (p->why[0]) log_plan(p, "update");
+}
+
+CUresult mn_cu_graph_exec_child_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUgraph child) {
+  CUresult r = ((PFN_cuGraphExecChildGraphNodeSetParams_v11010)s->real)(e, h, child);
+  gplan *p;
+  gnode *n = updating(r, e, h, &p);
+  if (!n) return r;
+  child_update(p, n, child);
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_record_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUevent ev) {
+  CUresult r = ((PFN_cuGraphExecEventRecordNodeSetEvent_v11010)s->real)(e, h, ev);
+  gplan *p;
+  gnode *n = updating(r, e, h, &p);
+  if (!n) return r;
+  n->ev = ev;
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_wait_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUevent ev) {
+  CUresult r = ((PFN_cuGraphExecEventWaitNodeSetEvent_v11010)s->real)(e, h, ev);
+  gplan *p;
+  gnode *n = updating(r, e, h, &p);
+  if (!n) return r;
+  n->ev = ev;
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_node_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUgraphNodeParams *np) {
+  CUresult r = ((PFN_cuGraphExecNodeSetParams_v12020)s->real)(e, h, np);
+  gplan *p;
+  gnode *n = np ? updating(r, e, h, &p) : NULL;
+  if (!n) return r;
+  if (np->type != n->type) {
+    opaque(p, MN_SKIP_GRAPH_OPAQUE, "a node's parameters were set with another node type");
+    log_plan(p, "update");
+  }
+  switch (np->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3 *kp = &np->kernel;
+      kernel_update(p, n, kp->func, kp->kern, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
+                    kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
+      break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: n->copy = np->memcpy.copyParams; break;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      n->set.dst = np->memset.dst, n->set.pitch = np->memset.pitch, n->set.value = np->memset.value;
+      n->set.elementSize = np->memset.elementSize, n->set.width = np->memset.width, n->set.height = np->memset.height;
+      break;
+    case CU_GRAPH_NODE_TYPE_HOST: n->host.fn = np->host.fn, n->host.userData = np->host.userData; break;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: n->ev = np->eventRecord.event; break;
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: n->ev = np->eventWait.event; break;
+    case CU_GRAPH_NODE_TYPE_GRAPH: child_update(p, n, np->graph.graph); break;
+    default: break;
+  }
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+CUresult mn_cu_graph_node_set_enabled(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, unsigned int on) {
+  CUresult r = ((PFN_cuGraphNodeSetEnabled_v11060)s->real)(e, h, on);
+  gplan *p;
+  gnode *n = updating(r, e, h, &p);
+  if (!n) return r;
+  n->disabled = !on;
+  pthread_mutex_unlock(&R.mu);
+  return r;
+}
+
+static void updated(CUresult r, CUgraphExec e, CUgraph g) {
+  if (r != CUDA_SUCCESS || !recording()) return;
+  pthread_mutex_lock(&R.mu);
+  if (plan_of(e) && !plan_new(e, g, 0, "update")) mn_error("out of host memory keeping a graph", NULL);
+  pthread_mutex_unlock(&R.mu);
+}
+
+CUresult mn_cu_graph_exec_update_v1(const mn_ip_slot *s, CUgraphExec e, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *res) {
+  CUresult r = ((PFN_cuGraphExecUpdate_v10020)s->real)(e, g, err, res);
+  updated(r, e, g);
+  return r;
+}
+
+CUresult mn_cu_graph_exec_update(const mn_ip_slot *s, CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info) {
+  CUresult r = ((PFN_cuGraphExecUpdate_v12000)s->real)(e, g, info);
+  updated(r, e, g);
+  return r;
+}
+
+/* ---- launches ------------------------------------------------------------------------------------ */
+
+/* 1: a selected kernel of the plan may still be recorded. */
+static int wants_run(const gplan *p) {
+  for (size_t i = 0; i < p->n; i++) {
+    const gnode *n = &p->nodes[i];
+    if (n->disabled) continue;
+    if (n->child && wants_run(n->child)) return 1;
+    if (n->type == CU_GRAPH_NODE_TYPE_KERNEL && !n->settled) return 1;
+  }
+  return 0;
+}
+
+/* A launch of the whole graph by the driver: each selected kernel counted as `skip` (>= 0), or into its
+ * recorded instance or as the reason it settled without one. */
+static void count_launch(const gplan *p, int skip) {
+  for (size_t i = 0; i < p->n; i++) {
+    const gnode *n = &p->nodes[i];
+    if (n->disabled) continue;
+    if (n->child) count_launch(n->child, skip);
+    if (n->type != CU_GRAPH_NODE_TYPE_KERNEL || !n->k || !mn_kernel_selected(n->k)) continue;
+    n->k->launches++;
+    n->k->stats_dirty = 1;
+    if (skip >= 0) {
+      mn_kernel_skip(n->k, skip);
+    } else if (n->inst) {
+      __atomic_add_fetch(&n->inst->count, 1, __ATOMIC_RELAXED);
+      n->k->recorded_launches++;
+    } else {
+      mn_kernel_skip(n->k, n->skip >= 0 ? n->skip : MN_SKIP_FAILED);
+    }
+  }
+}
+
+static CUresult memset_node(const CUDA_MEMSET_NODE_PARAMS *m, CUstream s) {
+  size_t pitch = m->height > 1 ? m->pitch : m->width * m->elementSize, h = m->height ? m->height : 1;
+  switch (m->elementSize) {
+    case 1: return G.set8(m->dst, pitch, (unsigned char)m->value, m->width, h, s);
+    case 2: return G.set16(m->dst, pitch, (unsigned short)m->value, m->width, h, s);
+    case 4: return G.set32(m->dst, pitch, m->value, m->width, h, s);
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+/* Runs the plan's nodes in order on stream `s` (R.mu not held: kernels go through the launch path). */
+static CUresult run(gplan *p, CUstream s) {
+  CUresult r = CUDA_SUCCESS;
+  for (size_t i = 0; i < p->n && r == CUDA_SUCCESS; i++) {
+    gnode *n = &p->nodes[i];
+    if (n->disabled) continue;
+    switch (n->type) {
+      case CU_GRAPH_NODE_TYPE_KERNEL: {
+        mn_inst *inst = NULL;
+        int why = -1;
+        r = mn_launch_graph_kernel(n->f, n->grid, n->block, n->shmem, s, n->argv, &inst, &why);
+        pthread_mutex_lock(&R.mu);
+        if (!n->settled) {
+          /* within --skip or a passing circumstance (a capture elsewhere, an error): try again next launch */
+          int again = !inst && (why == MN_SKIP_SKIPPED || why == MN_SKIP_CAPTURE_ELSEWHERE || why == MN_SKIP_PENDING_ERROR);
+          if (r == CUDA_SUCCESS && !again) {
+            n->settled = 1;
+            n->inst = inst;
+            n->skip = inst ? -1 : why;
+          }
+        }
+        pthread_mutex_unlock(&R.mu);
+        break;
+      }
+      case CU_GRAPH_NODE_TYPE_MEMCPY: r = G.memcpy3DAsync(&n->copy, s); break;
+      case CU_GRAPH_NODE_TYPE_MEMSET: r = memset_node(&n->set, s); break;
+      case CU_GRAPH_NODE_TYPE_HOST: r = D.launchHostFunc(s, n->host.fn, n->host.userData); break;
+      case CU_GRAPH_NODE_TYPE_EVENT_RECORD: r = D.eventRecord(n->ev, s); break;
+      case CU_GRAPH_NODE_TYPE_WAIT_EVENT: r = G.streamWaitEvent(s, n->ev, 0); break;
+      case CU_GRAPH_NODE_TYPE_GRAPH: r = n->child ? run(n->child, s) : CUDA_ERROR_INVALID_VALUE; break;
+      default: break; /* empty */
+    }
+  }
+  return r;
+}
+
+static int graph_unknown_logged;
+
+CUresult mn_cu_graph_launch(const mn_ip_slot *s, CUgraphExec e, CUstream st) {
+  PFN_cuGraphLaunch_v10000 real = (PFN_cuGraphLaunch_v10000)s->real;
+  if (!recording()) return real(e, st);
+  CUstream es = mn_ip_stream(s, st);
+  pthread_mutex_lock(&R.mu);
+  gplan *p = plan_of(e);
+  if (!p) {
+    mn_warn_once(&graph_unknown_logged, "graph_launch",
+                 "the app launches a CUDA graph whose instantiation the recorder did not see; its kernels are not counted");
+    pthread_mutex_unlock(&R.mu);
+    return real(e, st);
+  }
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  int captured = D.streamIsCapturing(es, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE;
+  if (captured) {
+    /* becomes a child graph of the graph being captured: counted when that one runs */
+    pthread_mutex_unlock(&R.mu);
+    return real(e, st);
+  }
+  int go = !p->why[0] && wants_run(p) && __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) == 0 && mn_arena_ready();
+  if (!go) {
+    CUresult r = real(e, st);
+    if (r == CUDA_SUCCESS)
+      count_launch(p, p->why[0] ? p->why_skip : __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) ? MN_SKIP_CAPTURE_ELSEWHERE : -1);
+    pthread_mutex_unlock(&R.mu);
+    return r;
+  }
+  pthread_mutex_unlock(&R.mu);
+  return run(p, es);
+}
