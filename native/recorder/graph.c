@@ -39,6 +39,7 @@ static struct {
   PFN_cuMemsetD2D16Async_v3020 set16;
   PFN_cuMemsetD2D32Async_v3020 set32;
   PFN_cuStreamWaitEvent_v3020 streamWaitEvent;
+  PFN_cuCtxGetCurrent_v4000 ctxGetCurrent;
 } G;
 
 static int load(void) {
@@ -64,6 +65,7 @@ static int load(void) {
   GET(set16, "cuMemsetD2D16Async", 3020);
   GET(set32, "cuMemsetD2D32Async", 3020);
   GET(streamWaitEvent, "cuStreamWaitEvent", 3020);
+  GET(ctxGetCurrent, "cuCtxGetCurrent", 4000);
 #undef GET
   if (G.getNodes && (G.getEdges || G.getEdges2) && G.nodeType && G.kernelParams) G.state = 1;
   return G.state > 0;
@@ -96,6 +98,7 @@ typedef struct gnode {
 
 struct gplan {
   CUgraphExec exec;
+  unsigned long long flags; /* instantiation flags */
   gnode *nodes;
   size_t n;
   char why[192];          /* set: cannot be run node by node */
@@ -141,7 +144,8 @@ static const char *type_name(CUgraphNodeType t) {
   }
 }
 
-/* A kernel node's parameters into the plan (deep copy); the plan is made opaque when they cannot be. */
+/* A kernel node's parameters into the plan (deep copy); the plan is made opaque when they cannot be (an
+ * opaque plan keeps its first reason). */
 static void kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, const unsigned grid[3],
                        const unsigned block[3], unsigned shmem, void **params, void **extra) {
   free(n->args);
@@ -205,10 +209,11 @@ static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
       CUDA_KERNEL_NODE_PARAMS_v2 kp;
       memset(&kp, 0, sizeof kp);
       if ((r = G.kernelParams(node, &kp)) != CUDA_SUCCESS) break;
-      if (!kernel_attributes_default(node)) {
-        kernel_set(p, n, kp.func, kp.kern, (unsigned[]){kp.gridDimX, kp.gridDimY, kp.gridDimZ},
-                   (unsigned[]){kp.blockDimX, kp.blockDimY, kp.blockDimZ}, kp.sharedMemBytes, NULL, NULL);
-        { opaque(p, MN_SKIP_GRAPH_OPAQUE, "a kernel node with a cluster or cooperative launch attribute"); return; }
+      CUcontext cur = NULL;
+      if (!kp.func && kp.ctx && G.ctxGetCurrent && G.ctxGetCurrent(&cur) == CUDA_SUCCESS && cur != kp.ctx) {
+        opaque(p, MN_SKIP_OTHER_DEVICE, "a kernel node runs in another context");
+      } else if (!kernel_attributes_default(node)) {
+        opaque(p, MN_SKIP_GRAPH_OPAQUE, "a kernel node with a cluster or cooperative launch attribute");
       }
       kernel_set(p, n, kp.func, kp.kern, (unsigned[]){kp.gridDimX, kp.gridDimY, kp.gridDimZ},
                  (unsigned[]){kp.blockDimX, kp.blockDimY, kp.blockDimZ}, kp.sharedMemBytes, kp.kernelParams, kp.extra);
@@ -402,6 +407,7 @@ static gplan *plan_new(CUgraphExec e, CUgraph g, unsigned long long flags, const
   gplan *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->exec = e;
+  p->flags = flags;
   if (!load()) opaque(p, MN_SKIP_GRAPH_OPAQUE, "the driver lacks the calls that read a graph");
   else if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) opaque(p, MN_SKIP_GRAPH_OPAQUE, "instantiated for device launch");
   else build(p, g, 0);
@@ -618,7 +624,8 @@ CUresult mn_cu_graph_node_set_enabled(const mn_ip_slot *s, CUgraphExec e, CUgrap
 static void updated(CUresult r, CUgraphExec e, CUgraph g) {
   if (r != CUDA_SUCCESS || !recording()) return;
   pthread_mutex_lock(&R.mu);
-  if (plan_of(e) && !plan_new(e, g, 0, "update")) mn_error("out of host memory keeping a graph", NULL);
+  gplan *p = plan_of(e);
+  if (p && !plan_new(e, g, p->flags, "update")) mn_error("out of host memory keeping a graph", NULL);
   pthread_mutex_unlock(&R.mu);
 }
 
@@ -729,20 +736,21 @@ CUresult mn_cu_graph_launch(const mn_ip_slot *s, CUgraphExec e, CUstream st) {
     return real(e, st);
   }
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-  int captured = D.streamIsCapturing(es, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE;
-  if (captured) {
-    /* becomes a child graph of the graph being captured: counted when that one runs */
+  if (R.exited || !load() || D.streamIsCapturing(es, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE) {
+    /* launched into a capture: becomes a child graph of the graph being captured, counted when that one runs */
     pthread_mutex_unlock(&R.mu);
     return real(e, st);
   }
-  int go = !p->why[0] && wants_run(p) && __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) == 0 && mn_arena_ready();
-  if (!go) {
-    CUresult r = real(e, st);
-    if (r == CUDA_SUCCESS)
-      count_launch(p, p->why[0] ? p->why_skip : __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) ? MN_SKIP_CAPTURE_ELSEWHERE : -1);
-    pthread_mutex_unlock(&R.mu);
-    return r;
-  }
+  int elsewhere = __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) > 0;
+  int skip = p->why[0] ? p->why_skip : elsewhere ? MN_SKIP_CAPTURE_ELSEWHERE : -1;
+  int go = !p->why[0] && !elsewhere && wants_run(p) && mn_arena_ready();
   pthread_mutex_unlock(&R.mu);
-  return run(p, es);
+  if (go) return run(p, es);
+  CUresult r = real(e, st);
+  if (r == CUDA_SUCCESS) {
+    pthread_mutex_lock(&R.mu);
+    if ((p = plan_of(e))) count_launch(p, skip);
+    pthread_mutex_unlock(&R.mu);
+  }
+  return r;
 }
