@@ -27,7 +27,7 @@ from typing import Dict, List
 
 import pytest
 
-from mnemetest import cc
+from mnemetest import cc, run_mneme
 
 DATA = Path(__file__).resolve().parent / "data" / "graph"
 N = 64
@@ -55,7 +55,7 @@ def run_probe(built: Path, tmp_path: Path, record: bool = True, wrap=()) -> tupl
     p = subprocess.run([*wrap, str(built / "probe")], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     out = dict(kv.split("=") for kv in p.stdout.split())
-    assert out["bad"] == "0" and out["host_calls"] == "5", p.stdout  # the app computed what it should
+    assert out["bad"] == "0" and out["host_calls"] == "8", p.stdout  # the app computed what it should
     return out, phases(calls.read_text()), raw, p.stderr
 
 
@@ -95,8 +95,16 @@ def test_graph_kernels_are_recorded_node_by_node_then_launched_whole(built, tmp_
     # after the exec update: node by node again, with the new argument bytes
     assert calls["update"] == ["exec_kernel_set"]
     assert calls["A3"] == [launch(SCALE, x, 2.0), f"memcpy3d bytes={4 * N}", launch(OFFSET, y, 5.0), "host_func"]
-    assert calls["A4"] == ["graph_launch nodes=4", "exec_destroy"]
-    # captured: not run at capture, recorded at the first launch
+    assert calls["A4"] == ["graph_launch nodes=4"]
+    # cuGraphExecUpdate from another graph of the same shape: its arguments, node by node once
+    assert calls["execupdate"] == ["exec_update", "graph_destroy"]
+    assert calls["A5"] == [launch(SCALE, x, 3.0), f"memcpy3d bytes={4 * N}", launch(OFFSET, y, 7.0), "host_func"]
+    assert calls["A6"] == ["graph_launch nodes=4"]
+    # a node handle of the original graph still names its node after the update
+    assert calls["update2"] == ["exec_kernel_set"]
+    assert calls["A7"] == [launch(SCALE, x, 3.0), f"memcpy3d bytes={4 * N}", launch(OFFSET, y, 9.0), "host_func",
+                           "exec_destroy"]
+    # captured: not run at capture, run through the recorder at the first launch (counted into scale(x, 3))
     assert calls["capture"] == ["begin_capture", f"captured {SCALE}", "end_capture", "instantiate exec=2 nodes=1",
                                 "graph_destroy"]
     assert calls["B0"] == [launch(SCALE, z, 3.0)] and calls["B1"] == ["graph_launch nodes=1", "exec_destroy",
@@ -107,32 +115,34 @@ def test_graph_kernels_are_recorded_node_by_node_then_launched_whole(built, tmp_
     (path,) = raw.glob("r0-p*.jsonl")
     log = read_log(path)
     assert log.exit is not None and log.complete and not log.errors, log.errors
-    assert len(log.instances) == 4
+    # pointers are masked from the instance key: graph B's scale(z, 3) is graph A's scale(x, 3) again
+    assert len(log.instances) == 6
     events = [json.loads(line) for line in path.read_text().splitlines()]
     recorded = sorted((log.kernels[e["k"]], e["args"]) for e in events if e["ev"] == "inst")
     assert recorded == sorted([(SCALE, args(x, 2.0)), (OFFSET, args(y, 1.0)), (OFFSET, args(y, 5.0)),
-                               (SCALE, args(z, 3.0))])
+                               (SCALE, args(x, 3.0)), (OFFSET, args(y, 7.0)), (OFFSET, args(y, 9.0))])
     for e in events:
         if e["ev"] == "inst":
             assert (raw / e["pro"]).exists() and (raw / e["epi"]).exists()
-    # every launch counted once: scale 5 (graph A) + 2 (graph B), all recorded or counted into an instance;
-    # offset 5 in graph A, 2 in graph C (not recordable, by name)
+    # every launch counted once: scale 8 (graph A) + 2 (graph B), all recorded or counted into an instance;
+    # offset 8 in graph A, 2 in graph C (not recordable, by name)
     scale, offset = log.stats[SCALE], log.stats[OFFSET]
-    assert (scale.launches, scale.recorded_launches, scale.instances, scale.skips) == (7, 7, 2, {})
-    assert (offset.launches, offset.recorded_launches, offset.instances) == (7, 5, 2)
+    assert (scale.launches, scale.recorded_launches, scale.instances, scale.skips) == (10, 10, 2, {})
+    assert (offset.launches, offset.recorded_launches, offset.instances) == (10, 8, 4)
     assert offset.skips == {"graph_opaque": 2}
     assert log.unsupported == {OFFSET: ["graph_opaque"]}
-    occ: Dict[int, int] = {}
+    occ: Dict[int, int] = {e["i"]: 1 for e in events if e["ev"] == "inst"}  # "occ" events come with more
     for e in events:
         if e["ev"] == "occ":
             occ[e["i"]] = max(occ.get(e["i"], 0), e["n"])
     by_args = {e["args"]: e["i"] for e in events if e["ev"] == "inst"}
     assert occ[by_args[args(x, 2.0)]] == 5 and occ[by_args[args(y, 1.0)]] == 3 and occ[by_args[args(y, 5.0)]] == 2
-    assert occ[by_args[args(z, 3.0)]] == 2
+    assert occ[by_args[args(x, 3.0)]] == 3 + 2 and occ[by_args[args(y, 7.0)]] == 2 and occ[by_args[args(y, 9.0)]] == 1
     graphs = [e for e in events if e["ev"] == "graph"]
-    assert [(g["nodes"], g["kernels"]) for g in graphs] == [(4, 2), (1, 1), (2, 1)]
-    assert "why" not in graphs[0] and "why" not in graphs[1]
-    assert graphs[2]["why"] == "the graph has a memory allocation node"
+    assert [(g["at"], g["nodes"], g["kernels"]) for g in graphs] == [("instantiate", 4, 2), ("update", 4, 2),
+                                                                    ("instantiate", 1, 1), ("instantiate", 2, 1)]
+    assert not [g for g in graphs[:3] if "why" in g]
+    assert graphs[3]["why"] == "the graph has a memory allocation node"
 
     # what `mneme record` shows while the app runs
     from mneme.record.runner import Progress
@@ -140,10 +150,27 @@ def test_graph_kernels_are_recorded_node_by_node_then_launched_whole(built, tmp_
     shown = io.StringIO()
     Progress(raw, shown, lambda n: n).poll()
     text = shown.getvalue()
-    assert text.count("mneme record: recorded ") == 4, text
+    assert text.count("mneme record: recorded ") == 6, text
     assert ("mneme record: a CUDA graph (2 nodes) is launched whole, not node by node: the graph has a memory "
             "allocation node; its kernels are not recorded") in text
-    assert f"{OFFSET}: a kernel node of a CUDA graph that cannot be run node by node" in text
+    assert f"{OFFSET}: launched in a CUDA graph the recorder cannot run node by node" in text
+
+
+def test_the_dbs_count_every_launch_of_a_graph(built, tmp_path):
+    """Through `mneme record`: the instances' occurrences and the launches reported, in the record DB."""
+    from mneme.record.db import RecordedExecution, find_dbs
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_") and k != "LD_PRELOAD"}
+    env.update(LD_LIBRARY_PATH=str(built / "fake"), FAKE_LOG=str(tmp_path / "calls.log"))
+    p = run_mneme("record", "-rdb", tmp_path / "db", "--va-size", "0.0625", "--retime", "0", "--", built / "probe",
+                  env=env)
+    assert "bad=0" in p.stdout, p.stdout
+    dbs = {r.kernel_name: r for r in (RecordedExecution.from_json(f, check_files=False) for f in find_dbs(str(tmp_path / "db")))}
+    scale, offset = dbs[SCALE], dbs[OFFSET]
+    assert sorted(i.occ for i in scale.values()) == [5, 5]
+    assert sorted(i.occ for i in offset.values()) == [1, 2, 2, 3]
+    assert not scale.extra.get("UnsupportedLaunches") and offset.extra["UnsupportedLaunches"] == {"graph_opaque": 2}
+    assert "2 launched in a CUDA graph the recorder cannot run node by node" in p.stdout, p.stdout
 
 
 def test_without_recording_the_graphs_are_the_drivers(built, tmp_path):

@@ -25,8 +25,8 @@ SKIP_TEXT = {
     # graph_capture, graph_node, driver_api: older recorders only (kernels of graphs are recorded at cuGraphLaunch)
     "graph_capture": "launched inside a CUDA graph capture",
     "graph_node": "added to a CUDA graph as a kernel node",
-    "graph_opaque": "a kernel node of a CUDA graph that cannot be run node by node (a memory allocation, "
-                    "conditional or other node the recorder cannot run; the graph's reason is in the log)",
+    "graph_opaque": "launched in a CUDA graph the recorder cannot run node by node (memory alloc/free, "
+                    "conditional or other such nodes)",
     "driver_api": "launched through the driver API (cuLaunchKernel)",
     "other_device": "launched on a device other than the recorded one",
     "capture_elsewhere": "launched while another stream was being captured",

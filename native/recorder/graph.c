@@ -1,4 +1,5 @@
-/* CUDA graphs. A graph's kernels run without passing through the launch entry points, so at
+/* CUDA graphs, part one: plans (graphexec.c: exec updates and launches). A graph's kernels run without
+ * passing through the launch entry points, so at
  * instantiation (every cuGraphInstantiate* ABI) the recorder keeps a *plan* of the graph: its nodes in a
  * topological order with their parameters deep-copied (kernel arguments by the kernel's parameter
  * layout: apps destroy the source graph right after instantiating), child graphs as plans of their own.
@@ -14,35 +15,15 @@
  * operations, external semaphores, a device-launchable graph, a kernel node with launch attributes)
  * always goes to the real cuGraphLaunch, and its selected kernels are counted as graph_opaque with the
  * reason in a "graph" event. All plans are guarded by R.mu. */
-#include "state.h"
+#include "graph.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static struct {
-  int state; /* 0 not loaded, 1 loaded, -1 a required call is missing */
-  PFN_cuGraphGetNodes_v10000 getNodes;
-  PFN_cuGraphGetEdges_v10000 getEdges;
-  PFN_cuGraphGetEdges_v12030 getEdges2;
-  PFN_cuGraphNodeGetType_v10000 nodeType;
-  PFN_cuGraphKernelNodeGetParams_v12000 kernelParams;
-  PFN_cuGraphKernelNodeGetAttribute_v11000 kernelAttr;
-  PFN_cuGraphMemcpyNodeGetParams_v10000 memcpyParams;
-  PFN_cuGraphMemsetNodeGetParams_v10000 memsetParams;
-  PFN_cuGraphHostNodeGetParams_v10000 hostParams;
-  PFN_cuGraphChildGraphNodeGetGraph_v10000 childGraph;
-  PFN_cuGraphEventRecordNodeGetEvent_v11010 recordEvent;
-  PFN_cuGraphEventWaitNodeGetEvent_v11010 waitEvent;
-  PFN_cuMemcpy3DAsync_v3020 memcpy3DAsync;
-  PFN_cuMemsetD2D8Async_v3020 set8;
-  PFN_cuMemsetD2D16Async_v3020 set16;
-  PFN_cuMemsetD2D32Async_v3020 set32;
-  PFN_cuStreamWaitEvent_v3020 streamWaitEvent;
-  PFN_cuCtxGetCurrent_v4000 ctxGetCurrent;
-} G;
+mn_gdrv G;
 
-static int load(void) {
+int mn_graph_load(void) {
   if (G.state) return G.state > 0;
   char why[256];
   G.state = -1;
@@ -71,46 +52,11 @@ static int load(void) {
   return G.state > 0;
 }
 
-typedef struct gplan gplan;
-
-typedef struct gnode {
-  CUgraphNode src;        /* the node of the graph the plan was built from */
-  CUgraphNode alias;      /* after cuGraphExecUpdate: the original graph's node at the same place (or NULL) */
-  size_t place;           /* its position in cuGraphGetNodes' answer */
-  CUgraphNodeType type;
-  int disabled;
-  /* kernel */
-  mn_kernel *k;
-  CUfunction f;           /* a CUfunction, or a CUkernel in its place */
-  unsigned grid[3], block[3], shmem;
-  uint8_t *args;
-  void **argv;
-  mn_inst *inst;          /* the recorded instance its launches count into */
-  int settled;            /* nothing (more) to record for it */
-  int skip;               /* settled without an instance: what its launches are counted as */
-  /* other kinds */
-  CUDA_MEMCPY3D copy;
-  CUDA_MEMSET_NODE_PARAMS set;
-  CUDA_HOST_NODE_PARAMS host;
-  CUevent ev;
-  gplan *child;
-} gnode;
-
-struct gplan {
-  CUgraphExec exec;
-  unsigned long long flags; /* instantiation flags */
-  gnode *nodes;
-  size_t n;
-  char why[192];          /* set: cannot be run node by node */
-  int why_skip;           /* then its selected kernels are counted as this */
-  gplan *next;
-};
-
 static gplan *plans;
 
 static void plan_free(gplan *p);
 
-static void node_clear(gnode *n) {
+void mn_graph_node_clear(gnode *n) {
   free(n->args);
   free(n->argv);
   n->args = NULL;
@@ -121,12 +67,12 @@ static void node_clear(gnode *n) {
 
 static void plan_free(gplan *p) {
   if (!p) return;
-  for (size_t i = 0; i < p->n; i++) node_clear(&p->nodes[i]);
+  for (size_t i = 0; i < p->n; i++) mn_graph_node_clear(&p->nodes[i]);
   free(p->nodes);
   free(p);
 }
 
-static void opaque(gplan *p, int skip, const char *why) {
+void mn_graph_opaque(gplan *p, int skip, const char *why) {
   if (p->why[0]) return;
   p->why_skip = skip;
   snprintf(p->why, sizeof p->why, "%s", why);
@@ -146,7 +92,7 @@ static const char *type_name(CUgraphNodeType t) {
 
 /* A kernel node's parameters into the plan (deep copy); the plan is made opaque when they cannot be (an
  * opaque plan keeps its first reason). */
-static void kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, const unsigned grid[3],
+void mn_graph_kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, const unsigned grid[3],
                        const unsigned block[3], unsigned shmem, void **params, void **extra) {
   free(n->args);
   free(n->argv);
@@ -160,12 +106,12 @@ static void kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, const
   n->skip = -1;
   n->k = n->f ? mn_kernel_of(n->f) : NULL;
   n->settled = !n->k || !mn_kernel_selected(n->k);
-  if (!n->k) { opaque(p, MN_SKIP_FAILED, "a kernel node without a kernel (or out of memory)"); return; }
-  if (!mn_kernel_layout(n->k, n->f)) { opaque(p, MN_SKIP_NO_PARAM_INFO, "the driver gave no parameter layout of a kernel node"); return; }
+  if (!n->k) { mn_graph_opaque(p, MN_SKIP_FAILED, "a kernel node without a kernel (or out of memory)"); return; }
+  if (!mn_kernel_layout(n->k, n->f)) { mn_graph_opaque(p, MN_SKIP_NO_PARAM_INFO, "the driver gave no parameter layout of a kernel node"); return; }
   mn_kernel *k = n->k;
   n->args = calloc(k->argbytes + 1, 1);
   n->argv = calloc(k->nparams + 1, sizeof *n->argv);
-  if (!n->args || !n->argv) { opaque(p, MN_SKIP_FAILED, "out of host memory copying a kernel node"); return; }
+  if (!n->args || !n->argv) { mn_graph_opaque(p, MN_SKIP_FAILED, "out of host memory copying a kernel node"); return; }
   const void *buf = NULL;
   size_t size = 0;
   for (size_t i = 0; !params && extra && extra[i] != CU_LAUNCH_PARAM_END && i < 64; i += 2) {
@@ -178,7 +124,7 @@ static void kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, const
   } else if (buf) {
     memcpy(n->args, buf, size < k->argbytes ? size : k->argbytes);
   } else if (k->nparams) {
-    { opaque(p, MN_SKIP_NO_PARAM_INFO, "a kernel node without its arguments"); return; }
+    { mn_graph_opaque(p, MN_SKIP_NO_PARAM_INFO, "a kernel node without its arguments"); return; }
   }
   for (uint32_t i = 0; i < k->nparams; i++) n->argv[i] = n->args + k->poff[i];
 }
@@ -197,13 +143,11 @@ static int kernel_attributes_default(CUgraphNode node) {
   return 1;
 }
 
-static int build(gplan *p, CUgraph g, int depth);
-
 static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
   CUresult r = CUDA_SUCCESS;
   char why[160];
   n->src = node;
-  if (G.nodeType(node, &n->type) != CUDA_SUCCESS) { opaque(p, MN_SKIP_GRAPH_OPAQUE, "cuGraphNodeGetType failed"); return; }
+  if (G.nodeType(node, &n->type) != CUDA_SUCCESS) { mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "cuGraphNodeGetType failed"); return; }
   switch (n->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       CUDA_KERNEL_NODE_PARAMS_v2 kp;
@@ -211,11 +155,11 @@ static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
       if ((r = G.kernelParams(node, &kp)) != CUDA_SUCCESS) break;
       CUcontext cur = NULL;
       if (!kp.func && kp.ctx && G.ctxGetCurrent && G.ctxGetCurrent(&cur) == CUDA_SUCCESS && cur != kp.ctx) {
-        opaque(p, MN_SKIP_OTHER_DEVICE, "a kernel node runs in another context");
+        mn_graph_opaque(p, MN_SKIP_OTHER_DEVICE, "a kernel node runs in another context");
       } else if (!kernel_attributes_default(node)) {
-        opaque(p, MN_SKIP_GRAPH_OPAQUE, "a kernel node with a cluster or cooperative launch attribute");
+        mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "a kernel node with a cluster or cooperative launch attribute");
       }
-      kernel_set(p, n, kp.func, kp.kern, (unsigned[]){kp.gridDimX, kp.gridDimY, kp.gridDimZ},
+      mn_graph_kernel_set(p, n, kp.func, kp.kern, (unsigned[]){kp.gridDimX, kp.gridDimY, kp.gridDimZ},
                  (unsigned[]){kp.blockDimX, kp.blockDimY, kp.blockDimZ}, kp.sharedMemBytes, kp.kernelParams, kp.extra);
       return;
     }
@@ -245,18 +189,18 @@ static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
       if (!G.childGraph) break;
       if ((r = G.childGraph(node, &cg)) != CUDA_SUCCESS) break;
       n->child = calloc(1, sizeof *n->child);
-      if (!n->child) { opaque(p, MN_SKIP_FAILED, "out of host memory"); return; }
-      build(n->child, cg, depth + 1);
-      if (n->child->why[0]) opaque(p, n->child->why_skip, n->child->why);
+      if (!n->child) { mn_graph_opaque(p, MN_SKIP_FAILED, "out of host memory"); return; }
+      mn_graph_build(n->child, cg, depth + 1);
+      if (n->child->why[0]) mn_graph_opaque(p, n->child->why_skip, n->child->why);
       return;
     }
     default:
       snprintf(why, sizeof why, "the graph has %s", type_name(n->type));
-      { opaque(p, MN_SKIP_GRAPH_OPAQUE, why); return; }
+      { mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why); return; }
   }
   if (r != CUDA_SUCCESS) {
     snprintf(why, sizeof why, "reading a graph node (type %d) failed: %s", (int)n->type, mn_cu_err(r));
-    { opaque(p, MN_SKIP_GRAPH_OPAQUE, why); return; }
+    { mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why); return; }
   }
   /* a getter the driver lacks */
   if (!(n->type == CU_GRAPH_NODE_TYPE_MEMCPY ? G.memcpyParams && G.memcpy3DAsync
@@ -266,7 +210,7 @@ static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
         : n->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT ? G.waitEvent && G.streamWaitEvent
         : G.childGraph != NULL)) {
     snprintf(why, sizeof why, "the driver lacks the calls to run a node of type %d", (int)n->type);
-    opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
+    mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
   }
 }
 
@@ -282,9 +226,9 @@ static size_t index_of(const hidx *sorted, size_t n, CUgraphNode h) {
 }
 
 /* The graph's nodes in a topological order (Kahn), each filled in. 0, or -1 with p->why set. */
-static int build(gplan *p, CUgraph g, int depth) {
+int mn_graph_build(gplan *p, CUgraph g, int depth) {
   if (depth > 32) {
-    opaque(p, MN_SKIP_GRAPH_OPAQUE, "child graphs nested too deeply");
+    mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "child graphs nested too deeply");
     return -1;
   }
   size_t n = 0, ne = 0;
@@ -322,7 +266,7 @@ static int build(gplan *p, CUgraph g, int depth) {
   for (size_t e = 0; e < ne; e++) {
     size_t t = index_of(sorted, n, to[e]);
     if (t == (size_t)-1 || index_of(sorted, n, from[e]) == (size_t)-1) {
-      opaque(p, MN_SKIP_GRAPH_OPAQUE, "an edge names a node the graph does not list");
+      mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "an edge names a node the graph does not list");
       goto out;
     }
     indeg[t]++;
@@ -339,7 +283,7 @@ static int build(gplan *p, CUgraph g, int depth) {
       }
   }
   if (tail != n) {
-    opaque(p, MN_SKIP_GRAPH_OPAQUE, "the graph's edges form a cycle");
+    mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "the graph's edges form a cycle");
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
@@ -352,12 +296,12 @@ static int build(gplan *p, CUgraph g, int depth) {
   rc = p->why[0] ? -1 : 0;
   goto out;
 oom:
-  opaque(p, MN_SKIP_FAILED, "out of host memory reading a graph");
+  mn_graph_opaque(p, MN_SKIP_FAILED, "out of host memory reading a graph");
   goto out;
 fail: {
   char why[160];
   snprintf(why, sizeof why, "reading the graph failed: %s", mn_cu_err(r));
-  opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
+  mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
 }
 out:
   free(nodes);
@@ -375,12 +319,12 @@ static gplan **plan_slot(CUgraphExec e) {
   return NULL;
 }
 
-static gplan *plan_of(CUgraphExec e) {
+gplan *mn_graph_plan(CUgraphExec e) {
   gplan **p = plan_slot(e);
   return p ? *p : NULL;
 }
 
-static gnode *node_of(gplan *p, CUgraphNode h) {
+gnode *mn_graph_node(gplan *p, CUgraphNode h) {
   for (size_t i = 0; p && i < p->n; i++)
     if (p->nodes[i].src == h || (p->nodes[i].alias && p->nodes[i].alias == h)) return &p->nodes[i];
   return NULL;
@@ -388,7 +332,7 @@ static gnode *node_of(gplan *p, CUgraphNode h) {
 
 static char gbuf[1024];
 
-static void log_plan(const gplan *p, const char *what) {
+void mn_graph_log(const gplan *p, const char *what) {
   uint64_t kernels = 0;
   for (size_t i = 0; i < p->n; i++) kernels += p->nodes[i].type == CU_GRAPH_NODE_TYPE_KERNEL;
   mn_line l;
@@ -402,15 +346,15 @@ static void log_plan(const gplan *p, const char *what) {
 }
 
 /* A new plan for `e` from graph `g`, replacing any plan `e` had; R.mu held. */
-static gplan *plan_new(CUgraphExec e, CUgraph g, unsigned long long flags, const char *what) {
+gplan *mn_graph_plan_new(CUgraphExec e, CUgraph g, unsigned long long flags, const char *what) {
   gplan **old = plan_slot(e);
   gplan *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->exec = e;
   p->flags = flags;
-  if (!load()) opaque(p, MN_SKIP_GRAPH_OPAQUE, "the driver lacks the calls that read a graph");
-  else if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) opaque(p, MN_SKIP_GRAPH_OPAQUE, "instantiated for device launch");
-  else build(p, g, 0);
+  if (!mn_graph_load()) mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "the driver lacks the calls that read a graph");
+  else if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "instantiated for device launch");
+  else mn_graph_build(p, g, 0);
   if (old) {
     gplan *o = *old;
     /* updated in place: the original graph's nodes keep naming the same places */
@@ -425,16 +369,15 @@ static gplan *plan_new(CUgraphExec e, CUgraph g, unsigned long long flags, const
     p->next = plans;
     plans = p;
   }
-  log_plan(p, what);
+  mn_graph_log(p, what);
   return p;
 }
 
-static int recording(void) { return R.active && !R.broken; }
 
 static void instantiated(CUresult r, CUgraphExec *e, CUgraph g, unsigned long long flags) {
-  if (r != CUDA_SUCCESS || !e || !recording()) return;
+  if (r != CUDA_SUCCESS || !e || !mn_graph_recording()) return;
   pthread_mutex_lock(&R.mu);
-  if (!plan_new(*e, g, flags, "instantiate")) mn_error("out of host memory keeping a graph", NULL);
+  if (!mn_graph_plan_new(*e, g, flags, "instantiate")) mn_error("out of host memory keeping a graph", NULL);
   pthread_mutex_unlock(&R.mu);
 }
 
@@ -457,7 +400,7 @@ CUresult mn_cu_graph_instantiate_with_params(const mn_ip_slot *s, CUgraphExec *e
 }
 
 CUresult mn_cu_graph_exec_destroy(const mn_ip_slot *s, CUgraphExec e) {
-  if (recording()) {
+  if (mn_graph_recording()) {
     pthread_mutex_lock(&R.mu);
     gplan **p = plan_slot(e);
     if (p) {
@@ -468,289 +411,4 @@ CUresult mn_cu_graph_exec_destroy(const mn_ip_slot *s, CUgraphExec e) {
     pthread_mutex_unlock(&R.mu);
   }
   return ((PFN_cuGraphExecDestroy_v10000)s->real)(e);
-}
-
-/* ---- exec updates -------------------------------------------------------------------------------- */
-
-/* The plan node an update names, with R.mu taken (NULL, unlocked, when there is none). */
-static gnode *updating(CUresult r, CUgraphExec e, CUgraphNode h, gplan **p) {
-  if (r != CUDA_SUCCESS || !recording()) return NULL;
-  pthread_mutex_lock(&R.mu);
-  *p = plan_of(e);
-  gnode *n = node_of(*p, h);
-  if (!n) pthread_mutex_unlock(&R.mu);
-  return n;
-}
-
-static void kernel_update(gplan *p, gnode *n, CUfunction f, CUkernel kern, unsigned gx, unsigned gy, unsigned gz,
-                          unsigned bx, unsigned by, unsigned bz, unsigned shm, void **params, void **extra) {
-  if (n->type != CU_GRAPH_NODE_TYPE_KERNEL) return;
-  kernel_set(p, n, f, kern, (unsigned[]){gx, gy, gz}, (unsigned[]){bx, by, bz}, shm, params, extra);
-  if (p->why[0]) log_plan(p, "update");
-}
-
-CUresult mn_cu_graph_exec_kernel_set_v1(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS_v1 *kp) {
-  CUresult r = ((PFN_cuGraphExecKernelNodeSetParams_v10010)s->real)(e, h, kp);
-  gplan *p;
-  gnode *n = kp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  kernel_update(p, n, kp->func, NULL, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
-                kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-CUresult mn_cu_graph_exec_kernel_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS_v2 *kp) {
-  CUresult r = ((PFN_cuGraphExecKernelNodeSetParams_v12000)s->real)(e, h, kp);
-  gplan *p;
-  gnode *n = kp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  kernel_update(p, n, kp->func, kp->kern, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
-                kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-CUresult mn_cu_graph_exec_memcpy_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_MEMCPY3D *cp, CUcontext c) {
-  CUresult r = ((PFN_cuGraphExecMemcpyNodeSetParams_v10020)s->real)(e, h, cp, c);
-  gplan *p;
-  gnode *n = cp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  n->copy = *cp;
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-CUresult mn_cu_graph_exec_memset_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_MEMSET_NODE_PARAMS *sp, CUcontext c) {
-  CUresult r = ((PFN_cuGraphExecMemsetNodeSetParams_v10020)s->real)(e, h, sp, c);
-  gplan *p;
-  gnode *n = sp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  n->set = *sp;
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-CUresult mn_cu_graph_exec_host_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_HOST_NODE_PARAMS *hp) {
-  CUresult r = ((PFN_cuGraphExecHostNodeSetParams_v10020)s->real)(e, h, hp);
-  gplan *p;
-  gnode *n = hp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  n->host = *hp;
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-static void child_update(gplan *p, gnode *n, CUgraph child) {
-  if (n->type != CU_GRAPH_NODE_TYPE_GRAPH) return;
-  node_clear(n);
-  n->child = calloc(1, sizeof *n->child);
-  if (!n->child) opaque(p, MN_SKIP_FAILED, "out of host memory");
-  else if (build(n->child, child, 1)) opaque(p, n->child->why_skip, n->child->why);
-  if (p->why[0]) log_plan(p, "update");
-}
-
-CUresult mn_cu_graph_exec_child_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUgraph child) {
-  CUresult r = ((PFN_cuGraphExecChildGraphNodeSetParams_v11010)s->real)(e, h, child);
-  gplan *p;
-  gnode *n = updating(r, e, h, &p);
-  if (!n) return r;
-  child_update(p, n, child);
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-CUresult mn_cu_graph_exec_record_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUevent ev) {
-  CUresult r = ((PFN_cuGraphExecEventRecordNodeSetEvent_v11010)s->real)(e, h, ev);
-  gplan *p;
-  gnode *n = updating(r, e, h, &p);
-  if (!n) return r;
-  n->ev = ev;
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-CUresult mn_cu_graph_exec_wait_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUevent ev) {
-  CUresult r = ((PFN_cuGraphExecEventWaitNodeSetEvent_v11010)s->real)(e, h, ev);
-  gplan *p;
-  gnode *n = updating(r, e, h, &p);
-  if (!n) return r;
-  n->ev = ev;
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-CUresult mn_cu_graph_exec_node_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUgraphNodeParams *np) {
-  CUresult r = ((PFN_cuGraphExecNodeSetParams_v12020)s->real)(e, h, np);
-  gplan *p;
-  gnode *n = np ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  if (np->type != n->type) {
-    opaque(p, MN_SKIP_GRAPH_OPAQUE, "a node's parameters were set with another node type");
-    log_plan(p, "update");
-  }
-  switch (np->type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      const CUDA_KERNEL_NODE_PARAMS_v3 *kp = &np->kernel;
-      kernel_update(p, n, kp->func, kp->kern, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
-                    kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
-      break;
-    }
-    case CU_GRAPH_NODE_TYPE_MEMCPY: n->copy = np->memcpy.copyParams; break;
-    case CU_GRAPH_NODE_TYPE_MEMSET:
-      n->set.dst = np->memset.dst, n->set.pitch = np->memset.pitch, n->set.value = np->memset.value;
-      n->set.elementSize = np->memset.elementSize, n->set.width = np->memset.width, n->set.height = np->memset.height;
-      break;
-    case CU_GRAPH_NODE_TYPE_HOST: n->host.fn = np->host.fn, n->host.userData = np->host.userData; break;
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: n->ev = np->eventRecord.event; break;
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: n->ev = np->eventWait.event; break;
-    case CU_GRAPH_NODE_TYPE_GRAPH: child_update(p, n, np->graph.graph); break;
-    default: break;
-  }
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-CUresult mn_cu_graph_node_set_enabled(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, unsigned int on) {
-  CUresult r = ((PFN_cuGraphNodeSetEnabled_v11060)s->real)(e, h, on);
-  gplan *p;
-  gnode *n = updating(r, e, h, &p);
-  if (!n) return r;
-  n->disabled = !on;
-  pthread_mutex_unlock(&R.mu);
-  return r;
-}
-
-static void updated(CUresult r, CUgraphExec e, CUgraph g) {
-  if (r != CUDA_SUCCESS || !recording()) return;
-  pthread_mutex_lock(&R.mu);
-  gplan *p = plan_of(e);
-  if (p && !plan_new(e, g, p->flags, "update")) mn_error("out of host memory keeping a graph", NULL);
-  pthread_mutex_unlock(&R.mu);
-}
-
-CUresult mn_cu_graph_exec_update_v1(const mn_ip_slot *s, CUgraphExec e, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *res) {
-  CUresult r = ((PFN_cuGraphExecUpdate_v10020)s->real)(e, g, err, res);
-  updated(r, e, g);
-  return r;
-}
-
-CUresult mn_cu_graph_exec_update(const mn_ip_slot *s, CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info) {
-  CUresult r = ((PFN_cuGraphExecUpdate_v12000)s->real)(e, g, info);
-  updated(r, e, g);
-  return r;
-}
-
-/* ---- launches ------------------------------------------------------------------------------------ */
-
-/* 1: a selected kernel of the plan may still be recorded. */
-static int wants_run(const gplan *p) {
-  for (size_t i = 0; i < p->n; i++) {
-    const gnode *n = &p->nodes[i];
-    if (n->disabled) continue;
-    if (n->child && wants_run(n->child)) return 1;
-    if (n->type == CU_GRAPH_NODE_TYPE_KERNEL && !n->settled) return 1;
-  }
-  return 0;
-}
-
-/* A launch of the whole graph by the driver: each selected kernel counted as `skip` (>= 0), or into its
- * recorded instance or as the reason it settled without one. */
-static void count_launch(const gplan *p, int skip) {
-  for (size_t i = 0; i < p->n; i++) {
-    const gnode *n = &p->nodes[i];
-    if (n->disabled) continue;
-    if (n->child) count_launch(n->child, skip);
-    if (n->type != CU_GRAPH_NODE_TYPE_KERNEL || !n->k || !mn_kernel_selected(n->k)) continue;
-    n->k->launches++;
-    n->k->stats_dirty = 1;
-    if (skip >= 0) {
-      mn_kernel_skip(n->k, skip);
-    } else if (n->inst) {
-      __atomic_add_fetch(&n->inst->count, 1, __ATOMIC_RELAXED);
-      n->k->recorded_launches++;
-    } else {
-      mn_kernel_skip(n->k, n->skip >= 0 ? n->skip : MN_SKIP_FAILED);
-    }
-  }
-}
-
-static CUresult memset_node(const CUDA_MEMSET_NODE_PARAMS *m, CUstream s) {
-  size_t pitch = m->height > 1 ? m->pitch : m->width * m->elementSize, h = m->height ? m->height : 1;
-  switch (m->elementSize) {
-    case 1: return G.set8(m->dst, pitch, (unsigned char)m->value, m->width, h, s);
-    case 2: return G.set16(m->dst, pitch, (unsigned short)m->value, m->width, h, s);
-    case 4: return G.set32(m->dst, pitch, m->value, m->width, h, s);
-    default: return CUDA_ERROR_INVALID_VALUE;
-  }
-}
-
-/* Runs the plan's nodes in order on stream `s` (R.mu not held: kernels go through the launch path). */
-static CUresult run(gplan *p, CUstream s) {
-  CUresult r = CUDA_SUCCESS;
-  for (size_t i = 0; i < p->n && r == CUDA_SUCCESS; i++) {
-    gnode *n = &p->nodes[i];
-    if (n->disabled) continue;
-    switch (n->type) {
-      case CU_GRAPH_NODE_TYPE_KERNEL: {
-        mn_inst *inst = NULL;
-        int why = -1;
-        r = mn_launch_graph_kernel(n->f, n->grid, n->block, n->shmem, s, n->argv, &inst, &why);
-        pthread_mutex_lock(&R.mu);
-        if (!n->settled) {
-          /* within --skip or a passing circumstance (a capture elsewhere, an error): try again next launch */
-          int again = !inst && (why == MN_SKIP_SKIPPED || why == MN_SKIP_CAPTURE_ELSEWHERE || why == MN_SKIP_PENDING_ERROR);
-          if (r == CUDA_SUCCESS && !again) {
-            n->settled = 1;
-            n->inst = inst;
-            n->skip = inst ? -1 : why;
-          }
-        }
-        pthread_mutex_unlock(&R.mu);
-        break;
-      }
-      case CU_GRAPH_NODE_TYPE_MEMCPY: r = G.memcpy3DAsync(&n->copy, s); break;
-      case CU_GRAPH_NODE_TYPE_MEMSET: r = memset_node(&n->set, s); break;
-      case CU_GRAPH_NODE_TYPE_HOST: r = D.launchHostFunc(s, n->host.fn, n->host.userData); break;
-      case CU_GRAPH_NODE_TYPE_EVENT_RECORD: r = D.eventRecord(n->ev, s); break;
-      case CU_GRAPH_NODE_TYPE_WAIT_EVENT: r = G.streamWaitEvent(s, n->ev, 0); break;
-      case CU_GRAPH_NODE_TYPE_GRAPH: r = n->child ? run(n->child, s) : CUDA_ERROR_INVALID_VALUE; break;
-      default: break; /* empty */
-    }
-  }
-  return r;
-}
-
-static int graph_unknown_logged;
-
-CUresult mn_cu_graph_launch(const mn_ip_slot *s, CUgraphExec e, CUstream st) {
-  PFN_cuGraphLaunch_v10000 real = (PFN_cuGraphLaunch_v10000)s->real;
-  if (!recording()) return real(e, st);
-  CUstream es = mn_ip_stream(s, st);
-  pthread_mutex_lock(&R.mu);
-  gplan *p = plan_of(e);
-  if (!p) {
-    mn_warn_once(&graph_unknown_logged, "graph_launch",
-                 "the app launches a CUDA graph whose instantiation the recorder did not see; its kernels are not counted");
-    pthread_mutex_unlock(&R.mu);
-    return real(e, st);
-  }
-  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (R.exited || !load() || D.streamIsCapturing(es, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE) {
-    /* launched into a capture: becomes a child graph of the graph being captured, counted when that one runs */
-    pthread_mutex_unlock(&R.mu);
-    return real(e, st);
-  }
-  int elsewhere = __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) > 0;
-  int skip = p->why[0] ? p->why_skip : elsewhere ? MN_SKIP_CAPTURE_ELSEWHERE : -1;
-  int go = !p->why[0] && !elsewhere && wants_run(p) && mn_arena_ready();
-  pthread_mutex_unlock(&R.mu);
-  if (go) return run(p, es);
-  CUresult r = real(e, st);
-  if (r == CUDA_SUCCESS) {
-    pthread_mutex_lock(&R.mu);
-    if ((p = plan_of(e))) count_launch(p, skip);
-    pthread_mutex_unlock(&R.mu);
-  }
-  return r;
 }

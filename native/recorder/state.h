@@ -5,7 +5,8 @@
  *   memory.c    the device arena, the pinned host region, memory the recorder cannot place, annotations;
  *   managed.c   managed memory and app-registered host memory: snapshotted by contents, placed by replay;
  *   launch.c    launches, instance deduplication, snapshots, occurrence timing, stream captures;
- *   graph.c     CUDA graphs: a plan of each instantiated graph, run node by node while it has kernels to record.
+ *   graph.c     CUDA graphs: a plan of each instantiated graph (graph.h), kept current by graphexec.c's exec
+ *               updates and run node by node by its launches while the graph has kernels to record;
  *
  * Everything is seen at the driver API (docs/ARCHITECTURE.md says why), so apps linked with the static
  * and with the shared CUDA runtime are recorded the same way. One mutex (R.mu) guards everything that

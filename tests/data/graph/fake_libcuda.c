@@ -6,7 +6,7 @@
  * Graphs are node lists with edges; cuGraphGetNodes answers in reverse creation order, so a caller that runs
  * nodes in that order breaks the dependencies. Stream capture turns launches on the captured stream into
  * kernel nodes. A destroyed graph's nodes are overwritten before they are freed (the recorder must have
- * copied what it needs). Every call that does work appends a line to $FAKE_LOG. */
+ * copied what it needs). cuGraphExecUpdate takes a graph of the same shape. Every call that does work appends a line to $FAKE_LOG. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -256,6 +256,21 @@ static CUresult f_exec_kernel_set(CUgraphExec e, CUgraphNode node, const CUDA_KE
   return CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Same topology: the exec takes the graph's parameters node by node; its nodes keep their identity. */
+static CUresult f_exec_update(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info) {
+  fgraph *x = (fgraph *)e, *G = (fgraph *)g;
+  if (info) memset(info, 0, sizeof *info);
+  if (x->n != G->n) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  for (int i = 0; i < x->n; i++) {
+    fnode *src = x->nodes[i]->src;
+    *x->nodes[i] = *G->nodes[i];
+    x->nodes[i]->src = src;
+    for (int a = 0; a < 3; a++) x->nodes[i]->argp[a] = x->nodes[i]->args + (a ? 4 + 4 * a : 0);
+  }
+  logline("exec_update");
+  return CUDA_SUCCESS;
+}
+
 /* ---- streams and capture ---- */
 static CUstream capturing;
 static fgraph *capture_graph;
@@ -446,6 +461,7 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuGraphExecDestroy", (void *)f_exec_destroy},
     {"cuGraphLaunch", (void *)f_graph_launch},
     {"cuGraphExecKernelNodeSetParams", (void *)f_exec_kernel_set},
+    {"cuGraphExecUpdate", (void *)f_exec_update},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

@@ -3,7 +3,9 @@
  * driver of fake_libcuda.c:
  *   graph A (cuGraphAddKernelNode): scale(x, 2) -> memcpy x to y -> offset(y, 1), plus a host node after
  *     offset; instantiated, the source graph destroyed, launched 3 times; then offset's b set to 5 with
- *     cuGraphExecKernelNodeSetParams and launched twice more;
+ *     cuGraphExecKernelNodeSetParams and launched twice more; then cuGraphExecUpdate from a graph of the
+ *     same shape with scale(x, 3) and offset(y, 7), launched twice; then offset's b set to 9 through the
+ *     original graph's node handle, launched once;
  *   graph B (stream capture): scale(z, 3) captured on a stream, launched twice;
  *   graph C: offset(w, 1) and a memory allocation node, launched twice.
  * Prints the results and the host-computed expectations. FAKE_LOG (the fake's call log) is marked with the
@@ -57,6 +59,7 @@ int main(void) {
   PFN_cuGraphExecDestroy_v10000 xdestroy = get("cuGraphExecDestroy", 10000);
   PFN_cuGraphLaunch_v10000 launch = get("cuGraphLaunch", 10000);
   PFN_cuGraphExecKernelNodeSetParams_v12000 kset = get("cuGraphExecKernelNodeSetParams", 12000);
+  PFN_cuGraphExecUpdate_v12000 xupdate = get("cuGraphExecUpdate", 12000);
   PFN_cuStreamBeginCapture_v10010 begin = get("cuStreamBeginCapture", 10010);
   PFN_cuStreamEndCapture_v10000 end = get("cuStreamEndCapture", 10000);
   PFN_cuLaunchKernel_v4000 klaunch = get("cuLaunchKernel", 4000);
@@ -101,12 +104,38 @@ int main(void) {
   CUdeviceptr xs = x, ys = y;
   a = -7.0f, b = -7.0f, x = y = 0; /* the graph holds copies: the app's variables may change */
   CHECK(gdestroy(g));
-  float lastb = 1.0f, nb = 5.0f;
+  float lasta = 2.0f, lastb = 1.0f, nb = 5.0f;
   void *pn[] = {&ys, &nb, &n};
-  for (int l = 0; l < 5; l++) {
+  for (int l = 0; l < 8; l++) {
     if (l == 3) {
       mark("update");
-      kp.kernelParams = pn;
+      kp.func = (CUfunction)0x2000, kp.kernelParams = pn;
+      CHECK(kset(ea, ko, &kp));
+      lastb = nb;
+    }
+    if (l == 5) { /* the same shape from another graph */
+      mark("execupdate");
+      CUgraph g2;
+      CHECK(gcreate(&g2, 0));
+      float a2 = 3.0f, b2 = 7.0f;
+      void *qa[] = {&xs, &a2, &n}, *qb[] = {&ys, &b2, &n};
+      CUgraphNode n1, n2, n3, n4;
+      kp.func = (CUfunction)0x1000, kp.kernelParams = qa;
+      CHECK(addk(&n1, g2, NULL, 0, &kp));
+      cp.srcDevice = xs, cp.dstDevice = ys;
+      CHECK(addc(&n2, g2, &n1, 1, &cp, NULL));
+      kp.func = (CUfunction)0x2000, kp.kernelParams = qb;
+      CHECK(addk(&n3, g2, &n2, 1, &kp));
+      CHECK(addh(&n4, g2, &n3, 1, &hp));
+      CUgraphExecUpdateResultInfo info;
+      CHECK(xupdate(ea, g2, &info));
+      CHECK(gdestroy(g2));
+      lasta = 3.0f, lastb = 7.0f;
+    }
+    if (l == 7) { /* the original graph's node still names the node */
+      mark("update2");
+      nb = 9.0f;
+      kp.func = (CUfunction)0x2000, kp.kernelParams = pn;
       CHECK(kset(ea, ko, &kp));
       lastb = nb;
     }
@@ -114,7 +143,7 @@ int main(void) {
     snprintf(m, sizeof m, "A%d", l);
     mark(m);
     CHECK(launch(ea, s));
-    for (int i = 0; i < N; i++) ex[i] *= 2.0f, ey[i] = ex[i] + lastb;
+    for (int i = 0; i < N; i++) ex[i] *= lasta, ey[i] = ex[i] + lastb;
   }
   CHECK(xdestroy(ea));
 
