@@ -18,6 +18,19 @@ static gnode *updating(CUresult r, CUgraphExec e, CUgraphNode h, gplan **p) {
   return n;
 }
 
+/* After the real call `r` of an update of node h of exec e: the statement given on the plan node n (and
+ * plan p), when `ok` (the parameters were given) and the call succeeded. */
+#define UPDATE(ok, ...)                                                                              \
+  do {                                                                                               \
+    gplan *p = NULL;                                                                                 \
+    gnode *n = (ok) ? updating(r, e, h, &p) : NULL;                                                  \
+    if (n) {                                                                                         \
+      (void)p;                                                                                       \
+      __VA_ARGS__;                                                                                   \
+      pthread_mutex_unlock(&R.mu);                                                                   \
+    }                                                                                                \
+  } while (0)
+
 static void kernel_update(gplan *p, gnode *n, CUfunction f, CUkernel kern, unsigned gx, unsigned gy, unsigned gz,
                           unsigned bx, unsigned by, unsigned bz, unsigned shm, void **params, void **extra) {
   if (n->type != CU_GRAPH_NODE_TYPE_KERNEL) return;
@@ -27,53 +40,33 @@ static void kernel_update(gplan *p, gnode *n, CUfunction f, CUkernel kern, unsig
 
 CUresult mn_cu_graph_exec_kernel_set_v1(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS_v1 *kp) {
   CUresult r = ((PFN_cuGraphExecKernelNodeSetParams_v10010)s->real)(e, h, kp);
-  gplan *p;
-  gnode *n = kp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  kernel_update(p, n, kp->func, NULL, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
-                kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(kp, kernel_update(p, n, kp->func, NULL, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
+                kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra));
   return r;
 }
 
 CUresult mn_cu_graph_exec_kernel_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS_v2 *kp) {
   CUresult r = ((PFN_cuGraphExecKernelNodeSetParams_v12000)s->real)(e, h, kp);
-  gplan *p;
-  gnode *n = kp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  kernel_update(p, n, kp->func, kp->kern, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
-                kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra);
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(kp, kernel_update(p, n, kp->func, kp->kern, kp->gridDimX, kp->gridDimY, kp->gridDimZ, kp->blockDimX, kp->blockDimY,
+                kp->blockDimZ, kp->sharedMemBytes, kp->kernelParams, kp->extra));
   return r;
 }
 
 CUresult mn_cu_graph_exec_memcpy_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_MEMCPY3D *cp, CUcontext c) {
   CUresult r = ((PFN_cuGraphExecMemcpyNodeSetParams_v10020)s->real)(e, h, cp, c);
-  gplan *p;
-  gnode *n = cp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  n->copy = *cp;
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(cp, n->copy = *cp);
   return r;
 }
 
 CUresult mn_cu_graph_exec_memset_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_MEMSET_NODE_PARAMS *sp, CUcontext c) {
   CUresult r = ((PFN_cuGraphExecMemsetNodeSetParams_v10020)s->real)(e, h, sp, c);
-  gplan *p;
-  gnode *n = sp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  n->set = *sp;
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(sp, n->set = *sp);
   return r;
 }
 
 CUresult mn_cu_graph_exec_host_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, const CUDA_HOST_NODE_PARAMS *hp) {
   CUresult r = ((PFN_cuGraphExecHostNodeSetParams_v10020)s->real)(e, h, hp);
-  gplan *p;
-  gnode *n = hp ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
-  n->host = *hp;
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(hp, n->host = *hp);
   return r;
 }
 
@@ -88,42 +81,28 @@ static void child_update(gplan *p, gnode *n, CUgraph child) {
 
 CUresult mn_cu_graph_exec_child_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUgraph child) {
   CUresult r = ((PFN_cuGraphExecChildGraphNodeSetParams_v11010)s->real)(e, h, child);
-  gplan *p;
-  gnode *n = updating(r, e, h, &p);
-  if (!n) return r;
-  child_update(p, n, child);
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(1, child_update(p, n, child));
   return r;
 }
 
 CUresult mn_cu_graph_exec_record_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUevent ev) {
   CUresult r = ((PFN_cuGraphExecEventRecordNodeSetEvent_v11010)s->real)(e, h, ev);
-  gplan *p;
-  gnode *n = updating(r, e, h, &p);
-  if (!n) return r;
-  n->ev = ev;
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(1, n->ev = ev);
   return r;
 }
 
 CUresult mn_cu_graph_exec_wait_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUevent ev) {
   CUresult r = ((PFN_cuGraphExecEventWaitNodeSetEvent_v11010)s->real)(e, h, ev);
-  gplan *p;
-  gnode *n = updating(r, e, h, &p);
-  if (!n) return r;
-  n->ev = ev;
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(1, n->ev = ev);
   return r;
 }
 
-CUresult mn_cu_graph_exec_node_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUgraphNodeParams *np) {
-  CUresult r = ((PFN_cuGraphExecNodeSetParams_v12020)s->real)(e, h, np);
-  gplan *p;
-  gnode *n = np ? updating(r, e, h, &p) : NULL;
-  if (!n) return r;
+/* cuGraphExecNodeSetParams' parameters, by node type, into the plan node. */
+static void node_update(gplan *p, gnode *n, const CUgraphNodeParams *np) {
   if (np->type != n->type) {
     mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "a node's parameters were set with another node type");
     mn_graph_log(p, "update");
+    return;
   }
   switch (np->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
@@ -141,19 +120,19 @@ CUresult mn_cu_graph_exec_node_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNo
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: n->ev = np->eventRecord.event; break;
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: n->ev = np->eventWait.event; break;
     case CU_GRAPH_NODE_TYPE_GRAPH: child_update(p, n, np->graph.graph); break;
-    default: break;
+    default: break; /* empty; the other kinds made the plan opaque when it was built */
   }
-  pthread_mutex_unlock(&R.mu);
+}
+
+CUresult mn_cu_graph_exec_node_set(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, CUgraphNodeParams *np) {
+  CUresult r = ((PFN_cuGraphExecNodeSetParams_v12020)s->real)(e, h, np);
+  UPDATE(np, node_update(p, n, np));
   return r;
 }
 
 CUresult mn_cu_graph_node_set_enabled(const mn_ip_slot *s, CUgraphExec e, CUgraphNode h, unsigned int on) {
   CUresult r = ((PFN_cuGraphNodeSetEnabled_v11060)s->real)(e, h, on);
-  gplan *p;
-  gnode *n = updating(r, e, h, &p);
-  if (!n) return r;
-  n->disabled = !on;
-  pthread_mutex_unlock(&R.mu);
+  UPDATE(1, n->disabled = !on);
   return r;
 }
 

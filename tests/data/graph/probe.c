@@ -33,6 +33,13 @@ static void mark(const char *what) {
   FILE *f = fopen(getenv("FAKE_LOG"), "a");
   if (f) fprintf(f, "mark %s\n", what), fclose(f);
 }
+/* Marks the log with the phase ("A0", ...), then launches the exec. */
+static CUresult launch_marked(PFN_cuGraphLaunch_v10000 launch, CUgraphExec e, CUstream s, const char *phase, int l) {
+  char m[32];
+  snprintf(m, sizeof m, "%s%d", phase, l);
+  mark(m);
+  return launch(e, s);
+}
 static int host_calls;
 static void CUDA_CB on_host(void *data) { (*(int *)data)++; }
 
@@ -139,10 +146,7 @@ int main(void) {
       CHECK(kset(ea, ko, &kp));
       lastb = nb;
     }
-    char m[32];
-    snprintf(m, sizeof m, "A%d", l);
-    mark(m);
-    CHECK(launch(ea, s));
+    CHECK(launch_marked(launch, ea, s, "A", l));
     for (int i = 0; i < N; i++) ex[i] *= lasta, ey[i] = ex[i] + lastb;
   }
   CHECK(xdestroy(ea));
@@ -158,10 +162,7 @@ int main(void) {
   CHECK(inst12(&eb, g, 0));
   CHECK(gdestroy(g));
   for (int l = 0; l < 2; l++) {
-    char m[32];
-    snprintf(m, sizeof m, "B%d", l);
-    mark(m);
-    CHECK(launch(eb, s));
+    CHECK(launch_marked(launch, eb, s, "B", l));
     for (int i = 0; i < N; i++) ez[i] *= 3.0f;
   }
   CHECK(xdestroy(eb));
@@ -183,10 +184,7 @@ int main(void) {
   CHECK(inst(&ec, g, 0));
   CHECK(gdestroy(g));
   for (int l = 0; l < 2; l++) {
-    char m[32];
-    snprintf(m, sizeof m, "C%d", l);
-    mark(m);
-    CHECK(launch(ec, s));
+    CHECK(launch_marked(launch, ec, s, "C", l));
     for (int i = 0; i < N; i++) ew[i] += 1.0f;
   }
   CHECK(xdestroy(ec));
