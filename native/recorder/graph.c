@@ -93,7 +93,7 @@ static const char *type_name(CUgraphNodeType t) {
 /* A kernel node's parameters into the plan (deep copy); the plan is made opaque when they cannot be (an
  * opaque plan keeps its first reason). */
 void mn_graph_kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, const unsigned grid[3],
-                       const unsigned block[3], unsigned shmem, void **params, void **extra) {
+                         const unsigned block[3], unsigned shmem, void **params, void **extra) {
   free(n->args);
   free(n->argv);
   n->args = NULL;
@@ -106,12 +106,21 @@ void mn_graph_kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, con
   n->skip = -1;
   n->k = n->f ? mn_kernel_of(n->f) : NULL;
   n->settled = !n->k || !mn_kernel_selected(n->k);
-  if (!n->k) { mn_graph_opaque(p, MN_SKIP_FAILED, "a kernel node without a kernel (or out of memory)"); return; }
-  if (!mn_kernel_layout(n->k, n->f)) { mn_graph_opaque(p, MN_SKIP_NO_PARAM_INFO, "the driver gave no parameter layout of a kernel node"); return; }
+  if (!n->k) {
+    mn_graph_opaque(p, MN_SKIP_FAILED, "a kernel node without a kernel (or out of memory)");
+    return;
+  }
+  if (!mn_kernel_layout(n->k, n->f)) {
+    mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "the driver gave no parameter layout of a kernel node");
+    return;
+  }
   mn_kernel *k = n->k;
   n->args = calloc(k->argbytes + 1, 1);
   n->argv = calloc(k->nparams + 1, sizeof *n->argv);
-  if (!n->args || !n->argv) { mn_graph_opaque(p, MN_SKIP_FAILED, "out of host memory copying a kernel node"); return; }
+  if (!n->args || !n->argv) {
+    mn_graph_opaque(p, MN_SKIP_FAILED, "out of host memory copying a kernel node");
+    return;
+  }
   const void *buf = NULL;
   size_t size = 0;
   for (size_t i = 0; !params && extra && extra[i] != CU_LAUNCH_PARAM_END && i < 64; i += 2) {
@@ -124,7 +133,8 @@ void mn_graph_kernel_set(gplan *p, gnode *n, CUfunction func, CUkernel kern, con
   } else if (buf) {
     memcpy(n->args, buf, size < k->argbytes ? size : k->argbytes);
   } else if (k->nparams) {
-    { mn_graph_opaque(p, MN_SKIP_NO_PARAM_INFO, "a kernel node without its arguments"); return; }
+    mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "a kernel node without its arguments");
+    return;
   }
   for (uint32_t i = 0; i < k->nparams; i++) n->argv[i] = n->args + k->poff[i];
 }
@@ -145,9 +155,13 @@ static int kernel_attributes_default(CUgraphNode node) {
 
 static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
   CUresult r = CUDA_SUCCESS;
+  const char *lacks = NULL; /* the driver call missing to read or run the node */
   char why[160];
   n->src = node;
-  if (G.nodeType(node, &n->type) != CUDA_SUCCESS) { mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "cuGraphNodeGetType failed"); return; }
+  if (G.nodeType(node, &n->type) != CUDA_SUCCESS) {
+    mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "cuGraphNodeGetType failed");
+    return;
+  }
   switch (n->type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       CUDA_KERNEL_NODE_PARAMS_v2 kp;
@@ -155,61 +169,62 @@ static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
       if ((r = G.kernelParams(node, &kp)) != CUDA_SUCCESS) break;
       CUcontext cur = NULL;
       if (!kp.func && kp.ctx && G.ctxGetCurrent && G.ctxGetCurrent(&cur) == CUDA_SUCCESS && cur != kp.ctx) {
-        mn_graph_opaque(p, MN_SKIP_OTHER_DEVICE, "a kernel node runs in another context");
+        mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "a kernel node runs in another context");
       } else if (!kernel_attributes_default(node)) {
         mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "a kernel node with a cluster or cooperative launch attribute");
       }
       mn_graph_kernel_set(p, n, kp.func, kp.kern, (unsigned[]){kp.gridDimX, kp.gridDimY, kp.gridDimZ},
-                 (unsigned[]){kp.blockDimX, kp.blockDimY, kp.blockDimZ}, kp.sharedMemBytes, kp.kernelParams, kp.extra);
+                          (unsigned[]){kp.blockDimX, kp.blockDimY, kp.blockDimZ}, kp.sharedMemBytes,
+                          kp.kernelParams, kp.extra);
       return;
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
-      if (!G.memcpyParams || !G.memcpy3DAsync) break;
-      r = G.memcpyParams(node, &n->copy);
+      if (!G.memcpyParams || !G.memcpy3DAsync) lacks = "cuGraphMemcpyNodeGetParams or cuMemcpy3DAsync";
+      else r = G.memcpyParams(node, &n->copy);
       break;
     case CU_GRAPH_NODE_TYPE_MEMSET:
-      if (!G.memsetParams || !G.set8 || !G.set16 || !G.set32) break;
-      r = G.memsetParams(node, &n->set);
+      if (!G.memsetParams || !G.set8 || !G.set16 || !G.set32) lacks = "cuGraphMemsetNodeGetParams or cuMemsetD2D*Async";
+      else r = G.memsetParams(node, &n->set);
       break;
     case CU_GRAPH_NODE_TYPE_HOST:
-      if (!G.hostParams) break;
-      r = G.hostParams(node, &n->host);
+      if (!G.hostParams) lacks = "cuGraphHostNodeGetParams";
+      else r = G.hostParams(node, &n->host);
       break;
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-      if (!G.recordEvent) break;
-      r = G.recordEvent(node, &n->ev);
+      if (!G.recordEvent) lacks = "cuGraphEventRecordNodeGetEvent";
+      else r = G.recordEvent(node, &n->ev);
       break;
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      if (!G.waitEvent || !G.streamWaitEvent) break;
-      r = G.waitEvent(node, &n->ev);
+      if (!G.waitEvent || !G.streamWaitEvent) lacks = "cuGraphEventWaitNodeGetEvent or cuStreamWaitEvent";
+      else r = G.waitEvent(node, &n->ev);
       break;
     case CU_GRAPH_NODE_TYPE_EMPTY: return;
     case CU_GRAPH_NODE_TYPE_GRAPH: {
       CUgraph cg = NULL;
-      if (!G.childGraph) break;
+      if (!G.childGraph) {
+        lacks = "cuGraphChildGraphNodeGetGraph";
+        break;
+      }
       if ((r = G.childGraph(node, &cg)) != CUDA_SUCCESS) break;
       n->child = calloc(1, sizeof *n->child);
-      if (!n->child) { mn_graph_opaque(p, MN_SKIP_FAILED, "out of host memory"); return; }
+      if (!n->child) {
+        mn_graph_opaque(p, MN_SKIP_FAILED, "out of host memory");
+        return;
+      }
       mn_graph_build(n->child, cg, depth + 1);
       if (n->child->why[0]) mn_graph_opaque(p, n->child->why_skip, n->child->why);
       return;
     }
     default:
       snprintf(why, sizeof why, "the graph has %s", type_name(n->type));
-      { mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why); return; }
+      mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
+      return;
   }
-  if (r != CUDA_SUCCESS) {
+  if (lacks) {
+    snprintf(why, sizeof why, "the driver lacks %s", lacks);
+    mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
+  } else if (r != CUDA_SUCCESS) {
     snprintf(why, sizeof why, "reading a graph node (type %d) failed: %s", (int)n->type, mn_cu_err(r));
-    { mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why); return; }
-  }
-  /* a getter the driver lacks */
-  if (!(n->type == CU_GRAPH_NODE_TYPE_MEMCPY ? G.memcpyParams && G.memcpy3DAsync
-        : n->type == CU_GRAPH_NODE_TYPE_MEMSET ? G.memsetParams && G.set8 && G.set16 && G.set32
-        : n->type == CU_GRAPH_NODE_TYPE_HOST ? G.hostParams != NULL
-        : n->type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? G.recordEvent != NULL
-        : n->type == CU_GRAPH_NODE_TYPE_WAIT_EVENT ? G.waitEvent && G.streamWaitEvent
-        : G.childGraph != NULL)) {
-    snprintf(why, sizeof why, "the driver lacks the calls to run a node of type %d", (int)n->type);
     mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, why);
   }
 }
