@@ -1,5 +1,5 @@
-// A kernel launched inside a CUDA graph (stream capture + cudaGraphLaunch), which a recorder cannot
-// snapshot launch by launch, and once directly (recordable).
+// A kernel launched once directly and then inside a CUDA graph (stream capture + cudaGraphLaunch): the
+// recorder records the graph's kernel nodes at its first launch (run node by node) and counts the others.
 // Usage: graph [n=16384] [launches=3]
 #include "common.h"
 

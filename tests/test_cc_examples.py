@@ -31,6 +31,8 @@ EXPECTED = {
     "ptrglobal": ["ptrGlobal(int const*, float*, int)"],
     "pinned": ["readPinned(float const*, float const*, float*, int)", "scaleMapped(float*, float, int)"],
     "graph": ["graphStep(float*, float, int)"],
+    "graphupdate": ["graphScale(float*, float, int)", "graphShift(float*, float const*, float, int)"],
+    "graphmem": ["graphFill(float*, float, int)", "graphAccum(float*, float const*, int)"],
     "driverapi": ["driverScale(float*, float, int)"],
     "texture": [
         "textureRead(unsigned long long, float*, int)",

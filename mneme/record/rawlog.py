@@ -19,11 +19,14 @@ RAW_VERSION = 1
 LOG_GLOB = "r*-p*.jsonl"
 
 #: skip reasons that are launch paths mneme cannot replay (reported as unsupported)
-UNSUPPORTED = ("graph_capture", "graph_node", "driver_api", "other_device")
+UNSUPPORTED = ("graph_capture", "graph_node", "driver_api", "other_device", "graph_opaque")
 #: what each skip reason means, for summaries
 SKIP_TEXT = {
+    # graph_capture, graph_node, driver_api: older recorders only (kernels of graphs are recorded at cuGraphLaunch)
     "graph_capture": "launched inside a CUDA graph capture",
     "graph_node": "added to a CUDA graph as a kernel node",
+    "graph_opaque": "launched in a CUDA graph the recorder cannot run node by node (memory alloc/free, "
+                    "conditional or other such nodes)",
     "driver_api": "launched through the driver API (cuLaunchKernel)",
     "other_device": "launched on a device other than the recorded one",
     "capture_elsewhere": "launched while another stream was being captured",

@@ -207,6 +207,9 @@ class Progress(threading.Thread):
         elif kind == "unsupported":
             name = self.demangle(self._names.get((path, ev["k"]), "?"))
             print(f"mneme record: {name}: {SKIP_TEXT.get(ev['why'], ev['why'])}: not recordable", file=self.out, flush=True)
+        elif kind == "graph" and ev.get("why"):
+            print(f"mneme record: a CUDA graph ({ev.get('nodes', '?')} nodes) is launched whole, not node by node: "
+                  f"{ev['why']}; its kernels are not recorded", file=self.out, flush=True)
 
 
 def _run_id() -> str:

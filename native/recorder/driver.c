@@ -44,10 +44,24 @@ MN_IP_DEFINE(begin_capture_v1, PFN_cuStreamBeginCapture_v10000, mn_cu_stream_beg
 MN_IP_DEFINE(begin_capture, PFN_cuStreamBeginCapture_v10010, mn_cu_stream_begin_capture, (CUstream s, CUstreamCaptureMode mode), s, mode)
 MN_IP_DEFINE(begin_capture_graph, PFN_cuStreamBeginCaptureToGraph_v12030, mn_cu_stream_begin_capture_to_graph, (CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode), s, g, deps, data, n, mode)
 MN_IP_DEFINE(end_capture, PFN_cuStreamEndCapture_v10000, mn_cu_stream_end_capture, (CUstream s, CUgraph *g), s, g)
-MN_IP_DEFINE(graph_add_kernel_v1, PFN_cuGraphAddKernelNode_v10000, mn_cu_graph_add_kernel_node_v1, (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_KERNEL_NODE_PARAMS_v1 *p), node, g, deps, n, p)
-MN_IP_DEFINE(graph_add_kernel, PFN_cuGraphAddKernelNode_v12000, mn_cu_graph_add_kernel_node, (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_KERNEL_NODE_PARAMS_v2 *p), node, g, deps, n, p)
-MN_IP_DEFINE(graph_add_node_v1, PFN_cuGraphAddNode_v12020, mn_cu_graph_add_node_v1, (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p), node, g, deps, n, p)
-MN_IP_DEFINE(graph_add_node, PFN_cuGraphAddNode_v12030, mn_cu_graph_add_node, (CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUgraphNodeParams *p), node, g, deps, data, n, p)
+MN_IP_DEFINE(graph_inst_v1, PFN_cuGraphInstantiate_v10000, mn_cu_graph_instantiate_v1, (CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t n), e, g, err, log, n)
+MN_IP_DEFINE(graph_inst_v2, PFN_cuGraphInstantiate_v11000, mn_cu_graph_instantiate_v1, (CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t n), e, g, err, log, n)
+MN_IP_DEFINE(graph_inst_flags, PFN_cuGraphInstantiateWithFlags_v11040, mn_cu_graph_instantiate_with_flags, (CUgraphExec *e, CUgraph g, unsigned long long f), e, g, f)
+MN_IP_DEFINE(graph_inst_v3, PFN_cuGraphInstantiateWithFlags_v11040, mn_cu_graph_instantiate_with_flags, (CUgraphExec *e, CUgraph g, unsigned long long f), e, g, f)
+MN_IP_DEFINE(graph_inst_params, PFN_cuGraphInstantiateWithParams_v12000, mn_cu_graph_instantiate_with_params, (CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p), e, g, p)
+MN_IP_DEFINE(graph_exec_destroy, PFN_cuGraphExecDestroy_v10000, mn_cu_graph_exec_destroy, (CUgraphExec e), e)
+MN_IP_DEFINE(graph_kset_v1, PFN_cuGraphExecKernelNodeSetParams_v10010, mn_cu_graph_exec_kernel_set_v1, (CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p), e, n, p)
+MN_IP_DEFINE(graph_kset, PFN_cuGraphExecKernelNodeSetParams_v12000, mn_cu_graph_exec_kernel_set, (CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p), e, n, p)
+MN_IP_DEFINE(graph_cset, PFN_cuGraphExecMemcpyNodeSetParams_v10020, mn_cu_graph_exec_memcpy_set, (CUgraphExec e, CUgraphNode n, const CUDA_MEMCPY3D *p, CUcontext c), e, n, p, c)
+MN_IP_DEFINE(graph_sset, PFN_cuGraphExecMemsetNodeSetParams_v10020, mn_cu_graph_exec_memset_set, (CUgraphExec e, CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c), e, n, p, c)
+MN_IP_DEFINE(graph_hset, PFN_cuGraphExecHostNodeSetParams_v10020, mn_cu_graph_exec_host_set, (CUgraphExec e, CUgraphNode n, const CUDA_HOST_NODE_PARAMS *p), e, n, p)
+MN_IP_DEFINE(graph_gset, PFN_cuGraphExecChildGraphNodeSetParams_v11010, mn_cu_graph_exec_child_set, (CUgraphExec e, CUgraphNode n, CUgraph g), e, n, g)
+MN_IP_DEFINE(graph_rset, PFN_cuGraphExecEventRecordNodeSetEvent_v11010, mn_cu_graph_exec_record_set, (CUgraphExec e, CUgraphNode n, CUevent ev), e, n, ev)
+MN_IP_DEFINE(graph_wset, PFN_cuGraphExecEventWaitNodeSetEvent_v11010, mn_cu_graph_exec_wait_set, (CUgraphExec e, CUgraphNode n, CUevent ev), e, n, ev)
+MN_IP_DEFINE(graph_nset, PFN_cuGraphExecNodeSetParams_v12020, mn_cu_graph_exec_node_set, (CUgraphExec e, CUgraphNode n, CUgraphNodeParams *p), e, n, p)
+MN_IP_DEFINE(graph_enable, PFN_cuGraphNodeSetEnabled_v11060, mn_cu_graph_node_set_enabled, (CUgraphExec e, CUgraphNode n, unsigned int on), e, n, on)
+MN_IP_DEFINE(graph_update_v1, PFN_cuGraphExecUpdate_v10020, mn_cu_graph_exec_update_v1, (CUgraphExec e, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *res), e, g, err, res)
+MN_IP_DEFINE(graph_update, PFN_cuGraphExecUpdate_v12000, mn_cu_graph_exec_update, (CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info), e, g, info)
 MN_IP_DEFINE(graph_launch, PFN_cuGraphLaunch_v10000, mn_cu_graph_launch, (CUgraphExec e, CUstream s), e, s)
 MN_IP_DEFINE(primary_release_v1, PFN_cuDevicePrimaryCtxRelease_v7000, mn_cu_primary_ctx_release, (CUdevice d), d)
 MN_IP_DEFINE(primary_reset_v1, PFN_cuDevicePrimaryCtxReset_v7000, mn_cu_primary_ctx_reset, (CUdevice d), d)
@@ -95,10 +109,26 @@ mn_ip_entry mn_ip_table[] = {
     MN_IP_ENTRY(begin_capture, "cuStreamBeginCapture", "_v2", 10010, 0),
     MN_IP_ENTRY(begin_capture_graph, "cuStreamBeginCaptureToGraph", "", 12030, 0),
     MN_IP_ENTRY(end_capture, "cuStreamEndCapture", "", 10000, 0),
-    MN_IP_ENTRY(graph_add_kernel_v1, "cuGraphAddKernelNode", "", 10000, 12000),
-    MN_IP_ENTRY(graph_add_kernel, "cuGraphAddKernelNode", "_v2", 12000, 0),
-    MN_IP_ENTRY(graph_add_node_v1, "cuGraphAddNode", "", 12020, 12030),
-    MN_IP_ENTRY(graph_add_node, "cuGraphAddNode", "_v2", 12030, 0),
+    MN_IP_ENTRY(graph_inst_v1, "cuGraphInstantiate", "", 10000, 11000),
+    MN_IP_ENTRY(graph_inst_v2, "cuGraphInstantiate", "_v2", 11000, 12000),
+    MN_IP_ENTRY(graph_inst_flags, "cuGraphInstantiateWithFlags", "", 11040, 0),
+    /* from 12.0 on, the name "cuGraphInstantiate" has cuGraphInstantiateWithFlags' ABI (cuda.h #defines one as
+     * the other; tests/test_interpose.py ALIASES) */
+    MN_IP_ENTRY(graph_inst_v3, "cuGraphInstantiate", "WithFlags", 12000, 0),
+    MN_IP_ENTRY(graph_inst_params, "cuGraphInstantiateWithParams", "", 12000, 0),
+    MN_IP_ENTRY(graph_exec_destroy, "cuGraphExecDestroy", "", 10000, 0),
+    MN_IP_ENTRY(graph_kset_v1, "cuGraphExecKernelNodeSetParams", "", 10010, 12000),
+    MN_IP_ENTRY(graph_kset, "cuGraphExecKernelNodeSetParams", "_v2", 12000, 0),
+    MN_IP_ENTRY(graph_cset, "cuGraphExecMemcpyNodeSetParams", "", 10020, 0),
+    MN_IP_ENTRY(graph_sset, "cuGraphExecMemsetNodeSetParams", "", 10020, 0),
+    MN_IP_ENTRY(graph_hset, "cuGraphExecHostNodeSetParams", "", 10020, 0),
+    MN_IP_ENTRY(graph_gset, "cuGraphExecChildGraphNodeSetParams", "", 11010, 0),
+    MN_IP_ENTRY(graph_rset, "cuGraphExecEventRecordNodeSetEvent", "", 11010, 0),
+    MN_IP_ENTRY(graph_wset, "cuGraphExecEventWaitNodeSetEvent", "", 11010, 0),
+    MN_IP_ENTRY(graph_nset, "cuGraphExecNodeSetParams", "", 12020, 0),
+    MN_IP_ENTRY(graph_enable, "cuGraphNodeSetEnabled", "", 11060, 0),
+    MN_IP_ENTRY(graph_update_v1, "cuGraphExecUpdate", "", 10020, 12000),
+    MN_IP_ENTRY(graph_update, "cuGraphExecUpdate", "_v2", 12000, 0),
     MN_IP_ENTRY(graph_launch, "cuGraphLaunch", "", 10000, 0),
     MN_IP_ENTRY(primary_release_v1, "cuDevicePrimaryCtxRelease", "", 7000, 11000),
     MN_IP_ENTRY(primary_reset_v1, "cuDevicePrimaryCtxReset", "", 7000, 11000),

@@ -38,6 +38,8 @@ typedef struct mn_launch {
   uint32_t coop;
   uint32_t nother;                  /* launch attributes not replayed, by id */
   uint32_t other[16];
+  mn_inst *counted;                 /* out: the recorded instance this launch counted into */
+  int skip;                         /* out: the reason it was not recorded (mn_skip), -1 when none was given */
 } mn_launch;
 
 static CUresult fire(const mn_launch *L) {
@@ -57,7 +59,7 @@ static CUresult fire(const mn_launch *L) {
 
 /* The kernel a launch names: by the handle the runtime got from cuLibraryGetKernel/cuModuleGetFunction
  * (recorder.c), else by asking the driver for the handle's name. */
-static mn_kernel *kernel_of(CUfunction f) {
+mn_kernel *mn_kernel_of(CUfunction f) {
   mn_kernel *k = mn_kernel_by_handle(f);
   if (!k) {
     const char *name = NULL;
@@ -109,7 +111,7 @@ static CUfunction function_of(mn_kernel *k, CUfunction launched) {
 }
 
 /* Parameter offsets and sizes from the driver; 1 when known. */
-static int kernel_params(mn_kernel *k, CUfunction launched) {
+int mn_kernel_layout(mn_kernel *k, CUfunction launched) {
   if (k->params) return k->params > 0;
   k->params = -1;
   CUfunction f = function_of(k, launched);
@@ -920,35 +922,44 @@ static int copy_args(const mn_launch *L, const mn_kernel *k, uint8_t *bytes) {
   return 1;
 }
 
+static void skip(mn_launch *L, mn_kernel *k, int why) {
+  L->skip = why;
+  mn_kernel_skip(k, why);
+}
+
 static CUresult on_launch(mn_launch *L) {
   if (!R.active || R.broken) return fire(L);
   pthread_mutex_lock(&R.mu);
   CUresult r;
-  mn_kernel *k = R.exited || !L->f ? NULL : kernel_of(L->f);
+  mn_kernel *k = R.exited || !L->f ? NULL : mn_kernel_of(L->f);
   if (k && k->tab && k->tab->heap) R.heap_live = 1; /* selected or not: the heap now holds the app's objects */
   if (!k || !mn_kernel_selected(k) || !mn_arena_ready()) {
     pthread_mutex_unlock(&R.mu);
     return fire(L);
   }
+  int cap = capture_state(L->ev_stream);
+  if (cap == MN_CAPTURE_THIS) {
+    /* becomes a kernel node of the graph being captured: counted (and recorded) when that graph is
+     * launched (graph.c), not now */
+    pthread_mutex_unlock(&R.mu);
+    return fire(L);
+  }
   k->launches++;
   k->stats_dirty = 1;
-  int cap = capture_state(L->ev_stream);
   CUdevice dev = -1;
   if (D.ctxGetDevice(&dev) != CUDA_SUCCESS) dev = -1;
   argscan a;
   memset(&a, 0, sizeof a);
   uint8_t *key = NULL;
   size_t keylen = 0;
-  if (cap == MN_CAPTURE_THIS) {
-    mn_kernel_skip(k, MN_SKIP_GRAPH_CAPTURE);
-  } else if (cap == MN_CAPTURE_CTX_ERROR) {
-    mn_kernel_skip(k, MN_SKIP_PENDING_ERROR);
+  if (cap == MN_CAPTURE_CTX_ERROR) {
+    skip(L, k, MN_SKIP_PENDING_ERROR);
   } else if (cap == MN_CAPTURE_ELSEWHERE || __atomic_load_n(&R.captures, __ATOMIC_ACQUIRE) > 0) {
-    mn_kernel_skip(k, MN_SKIP_CAPTURE_ELSEWHERE);
+    skip(L, k, MN_SKIP_CAPTURE_ELSEWHERE);
   } else if (dev != R.cudev) {
-    mn_kernel_skip(k, MN_SKIP_OTHER_DEVICE);
-  } else if (!kernel_params(k, L->f)) {
-    mn_kernel_skip(k, MN_SKIP_NO_PARAM_INFO);
+    skip(L, k, MN_SKIP_OTHER_DEVICE);
+  } else if (!mn_kernel_layout(k, L->f)) {
+    skip(L, k, MN_SKIP_NO_PARAM_INFO);
   } else {
     mn_resolve_vars(k);
     a.bytes = calloc(k->argbytes + 1, 1);
@@ -957,7 +968,7 @@ static CUresult on_launch(mn_launch *L) {
       scan_args(k, &a);
       key = make_key(L, k, &a, &keylen);
     }
-    if (!key) mn_kernel_skip(k, a.bytes && a.mask ? MN_SKIP_NO_PARAM_INFO : MN_SKIP_FAILED);
+    if (!key) skip(L, k, a.bytes && a.mask ? MN_SKIP_NO_PARAM_INFO : MN_SKIP_FAILED);
   }
   if (!key) {
     r = fire(L);
@@ -971,31 +982,33 @@ static CUresult on_launch(mn_launch *L) {
         if (r == CUDA_SUCCESS) {
           inst->count++;
           k->recorded_launches++;
+          L->counted = inst;
         }
       } else {
-        mn_kernel_skip(k, MN_SKIP_FAILED);
+        skip(L, k, MN_SKIP_FAILED);
         r = fire(L);
       }
     } else if (k->launches <= R.cfg.skip) {
       free(key);
-      mn_kernel_skip(k, MN_SKIP_SKIPPED);
+      skip(L, k, MN_SKIP_SKIPPED);
       r = fire(L);
     } else if (R.cfg.max_recordings > 0 && k->ninst_recorded >= (uint32_t)R.cfg.max_recordings) {
       free(key);
-      mn_kernel_skip(k, MN_SKIP_MAX_RECORDINGS);
+      skip(L, k, MN_SKIP_MAX_RECORDINGS);
       r = fire(L);
     } else if (R.incomplete) {
       free(key);
-      mn_kernel_skip(k, MN_SKIP_FAILED);
+      skip(L, k, MN_SKIP_FAILED);
       r = fire(L);
     } else {
       inst = new_inst(k, key, keylen, h);
       if (!inst) {
         free(key);
-        mn_kernel_skip(k, MN_SKIP_FAILED);
+        skip(L, k, MN_SKIP_FAILED);
         r = fire(L);
       } else {
         r = record(L, k, inst, &a);
+        if (inst->recorded) L->counted = inst;
         mn_flush(0, 0);
       }
     }
@@ -1025,6 +1038,7 @@ static void init_launch(mn_launch *L, const char *api, int shape, const mn_ip_sl
   L->ev_stream = mn_ip_stream(s, st);
   L->params = params;
   L->extra = extra;
+  L->skip = -1;
 }
 
 CUresult mn_cu_launch_kernel(const mn_ip_slot *s, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -1116,21 +1130,22 @@ DIRECT_EX(cuLaunchKernelEx, 4, 0)
 DIRECT_EX(cuLaunchKernelEx_ptsz, 5, 1)
 
 /* ---------------------------------------------------------------------------------------------- */
-/* launch paths mneme cannot record: reported per kernel                                          */
+/* kernel nodes of graphs run node by node (graph.c), and stream captures                         */
 
-static void report_function(CUfunction f, int why) {
-  if (!R.active || R.broken || !f) return;
-  pthread_mutex_lock(&R.mu);
-  mn_kernel *k = mn_kernel_by_handle(f);
-  if (!k) k = kernel_of(f);
-  if (k) {
-    mn_kernel_announce(k);
-    if (mn_kernel_selected(k)) {
-      k->launches++;
-      mn_kernel_skip(k, why);
-    }
-  }
-  pthread_mutex_unlock(&R.mu);
+static mn_ip_slot graph_slot;
+
+CUresult mn_launch_graph_kernel(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
+                                CUstream st, void **params, mn_inst **counted, int *why) {
+  if (!__atomic_load_n(&graph_slot.real, __ATOMIC_ACQUIRE))
+    __atomic_store_n(&graph_slot.real, mn_ip_real("cuLaunchKernel", 4000), __ATOMIC_RELEASE);
+  if (!graph_slot.real) return CUDA_ERROR_NOT_FOUND;
+  mn_launch L;
+  init_launch(&L, "cuLaunchKernel", SHAPE_LAUNCH, &graph_slot, f, grid[0], grid[1], grid[2], block[0], block[1],
+              block[2], shmem, st, params, NULL);
+  CUresult r = on_launch(&L);
+  *counted = L.counted;
+  *why = L.skip;
+  return r;
 }
 
 static void capture_begin(CUresult r) {
@@ -1170,45 +1185,4 @@ CUresult mn_cu_stream_end_capture(const mn_ip_slot *s, CUstream st, CUgraph *g) 
   CUresult r = ((PFN_cuStreamEndCapture_v10000)s->real)(st, g);
   capture_end(r);
   return r;
-}
-
-CUresult mn_cu_graph_add_kernel_node(const mn_ip_slot *s, CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
-                                     size_t n, const CUDA_KERNEL_NODE_PARAMS_v2 *p) {
-  if (p) report_function(p->func ? p->func : (CUfunction)p->kern, MN_SKIP_GRAPH_NODE);
-  return ((PFN_cuGraphAddKernelNode_v12000)s->real)(node, g, deps, n, p);
-}
-
-CUresult mn_cu_graph_add_kernel_node_v1(const mn_ip_slot *s, CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
-                                        size_t n, const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
-  if (p) report_function(p->func, MN_SKIP_GRAPH_NODE);
-  return ((PFN_cuGraphAddKernelNode_v10000)s->real)(node, g, deps, n, p);
-}
-
-static void node_added(const CUgraphNodeParams *p) {
-  if (p && p->type == CU_GRAPH_NODE_TYPE_KERNEL)
-    report_function(p->kernel.func ? p->kernel.func : (CUfunction)p->kernel.kern, MN_SKIP_GRAPH_NODE);
-}
-
-CUresult mn_cu_graph_add_node(const mn_ip_slot *s, CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
-                              const CUgraphEdgeData *data, size_t n, CUgraphNodeParams *p) {
-  node_added(p);
-  return ((PFN_cuGraphAddNode_v12030)s->real)(node, g, deps, data, n, p);
-}
-
-CUresult mn_cu_graph_add_node_v1(const mn_ip_slot *s, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
-                                 CUgraphNodeParams *p) {
-  node_added(p);
-  return ((PFN_cuGraphAddNode_v12020)s->real)(node, g, deps, n, p);
-}
-
-static int graph_launch_logged;
-
-CUresult mn_cu_graph_launch(const mn_ip_slot *s, CUgraphExec exec, CUstream st) {
-  if (R.active) {
-    pthread_mutex_lock(&R.mu);
-    mn_warn_once(&graph_launch_logged, "graph_launch",
-                 "the app launches CUDA graphs; the kernels inside them are reported as graph_capture/graph_node");
-    pthread_mutex_unlock(&R.mu);
-  }
-  return ((PFN_cuGraphLaunch_v10000)s->real)(exec, st);
 }

@@ -35,7 +35,7 @@
 mn_state R = {.mu = PTHREAD_MUTEX_INITIALIZER, .device = -1, .log = {.fd = -1}};
 
 const char *const mn_skip_names[MN_SKIP_COUNT] = {
-    "graph_capture", "graph_node",    "driver_api", "other_device",   "capture_elsewhere",
+    "graph_capture", "graph_node",    "driver_api", "other_device",   "graph_opaque",  "capture_elsewhere",
     "pending_error", "no_param_info", "failed",     "max_recordings", "skipped"};
 
 static pthread_once_t init_once_ = PTHREAD_ONCE_INIT;
@@ -435,7 +435,7 @@ int mn_kernel_selected(mn_kernel *k) {
 
 void mn_kernel_skip(mn_kernel *k, int why) {
   k->stats_dirty = 1;
-  if (k->skips[why]++ == 0 && why <= MN_SKIP_OTHER_DEVICE) {
+  if (k->skips[why]++ == 0 && why <= MN_SKIP_GRAPH_OPAQUE) {
     mn_kernel_announce(k);
     mn_line l;
     mn_line_begin(&l, linebuf, sizeof linebuf, "unsupported");

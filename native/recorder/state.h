@@ -4,7 +4,9 @@
  *   recorder.c  configuration, the raw log, kernels, modules and variables, flushing, signals, exit;
  *   memory.c    the device arena, the pinned host region, memory the recorder cannot place, annotations;
  *   managed.c   managed memory and app-registered host memory: snapshotted by contents, placed by replay;
- *   launch.c    launches, instance deduplication, snapshots, occurrence timing, captures and graphs.
+ *   launch.c    launches, instance deduplication, snapshots, occurrence timing, stream captures;
+ *   graph.c     CUDA graphs: a plan of each instantiated graph (graph.h), kept current by graphexec.c's exec
+ *               updates and run node by node by its launches while the graph has kernels to record;
  *
  * Everything is seen at the driver API (docs/ARCHITECTURE.md says why), so apps linked with the static
  * and with the shared CUDA runtime are recorded the same way. One mutex (R.mu) guards everything that
@@ -45,12 +47,13 @@
 #define MN_MERGE_GAP 16
 
 /* Why a launch of a selected kernel was not recorded. The names are the raw log's vocabulary; the
- * first four are launch paths mneme cannot replay (reported as such), the rest are circumstances. */
+ * first five are launch paths mneme cannot replay (reported as such), the rest are circumstances. */
 enum mn_skip {
-  MN_SKIP_GRAPH_CAPTURE,     /* launched into a stream being captured into a CUDA graph */
-  MN_SKIP_GRAPH_NODE,        /* added to a graph as a kernel node (cuGraphAddKernelNode) */
+  MN_SKIP_GRAPH_CAPTURE,     /* no longer produced: kernels of graphs are recorded when the graph is launched */
+  MN_SKIP_GRAPH_NODE,        /* no longer produced (as graph_capture; both kept for old logs) */
   MN_SKIP_DRIVER_API,        /* no longer produced: driver-API launches are recorded (kept for old logs) */
   MN_SKIP_OTHER_DEVICE,      /* launched on a device other than the one holding the arena */
+  MN_SKIP_GRAPH_OPAQUE,      /* a kernel node of a graph that cannot be run node by node (graph.c says why) */
   MN_SKIP_CAPTURE_ELSEWHERE, /* a capture was active on another stream (a sync would break it) */
   MN_SKIP_PENDING_ERROR,     /* the context held an error before the launch */
   MN_SKIP_NO_PARAM_INFO,     /* the driver gave no parameter layout */
@@ -344,6 +347,12 @@ uint64_t mn_precise_ns(void);                /* CLOCK_MONOTONIC */
 /* ---- launch.c ---- */
 void mn_resolve_pending(int wait);
 void mn_emit_occurrences(int signal_safe);
+mn_kernel *mn_kernel_of(CUfunction f);             /* the kernel a launch names (a CUfunction or CUkernel); R.mu held */
+int mn_kernel_layout(mn_kernel *k, CUfunction f);  /* its parameter offsets and sizes known: 1; R.mu held */
+/* A graph's kernel node run as a stream launch on `st` (graph.c; R.mu not held): recorded, or counted into
+ * the recorded instance returned in *counted (NULL: none), or skipped with *why (-1: no reason given). */
+CUresult mn_launch_graph_kernel(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
+                                CUstream st, void **params, mn_inst **counted, int *why);
 
 /* ---- the work behind driver.c's wrappers (memory.c, recorder.c, launch.c) ---- */
 CUresult mn_cu_mem_alloc(const mn_ip_slot *slot, CUdeviceptr *p, size_t n);
@@ -383,10 +392,23 @@ CUresult mn_cu_stream_begin_capture(const mn_ip_slot *slot, CUstream s, CUstream
 CUresult mn_cu_stream_begin_capture_v1(const mn_ip_slot *slot, CUstream s);
 CUresult mn_cu_stream_begin_capture_to_graph(const mn_ip_slot *slot, CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode);
 CUresult mn_cu_stream_end_capture(const mn_ip_slot *slot, CUstream s, CUgraph *g);
-CUresult mn_cu_graph_add_kernel_node_v1(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_KERNEL_NODE_PARAMS_v1 *p);
-CUresult mn_cu_graph_add_kernel_node(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, const CUDA_KERNEL_NODE_PARAMS_v2 *p);
-CUresult mn_cu_graph_add_node_v1(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p);
-CUresult mn_cu_graph_add_node(const mn_ip_slot *slot, CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data, size_t n, CUgraphNodeParams *p);
+/* graph.c */
+CUresult mn_cu_graph_instantiate_v1(const mn_ip_slot *slot, CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t n);
+CUresult mn_cu_graph_instantiate_with_flags(const mn_ip_slot *slot, CUgraphExec *e, CUgraph g, unsigned long long flags);
+CUresult mn_cu_graph_instantiate_with_params(const mn_ip_slot *slot, CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p);
+CUresult mn_cu_graph_exec_destroy(const mn_ip_slot *slot, CUgraphExec e);
+CUresult mn_cu_graph_exec_kernel_set_v1(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p);
+CUresult mn_cu_graph_exec_kernel_set(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p);
+CUresult mn_cu_graph_exec_memcpy_set(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, const CUDA_MEMCPY3D *p, CUcontext c);
+CUresult mn_cu_graph_exec_memset_set(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c);
+CUresult mn_cu_graph_exec_host_set(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, const CUDA_HOST_NODE_PARAMS *p);
+CUresult mn_cu_graph_exec_child_set(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, CUgraph child);
+CUresult mn_cu_graph_exec_record_set(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, CUevent ev);
+CUresult mn_cu_graph_exec_wait_set(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, CUevent ev);
+CUresult mn_cu_graph_exec_node_set(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, CUgraphNodeParams *p);
+CUresult mn_cu_graph_node_set_enabled(const mn_ip_slot *slot, CUgraphExec e, CUgraphNode n, unsigned int on);
+CUresult mn_cu_graph_exec_update_v1(const mn_ip_slot *slot, CUgraphExec e, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *res);
+CUresult mn_cu_graph_exec_update(const mn_ip_slot *slot, CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info);
 CUresult mn_cu_graph_launch(const mn_ip_slot *slot, CUgraphExec e, CUstream s);
 
 CUresult mn_cu_primary_ctx_release(const mn_ip_slot *slot, CUdevice d);

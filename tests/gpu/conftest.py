@@ -41,10 +41,12 @@ SMALL: Dict[str, List[str]] = {
     "zerocopy": ["zerocopy"],  # malloc + cudaHostRegister(Mapped): snapshotted, mapped at its host address
     "streamalloc": ["streamalloc"],  # cudaMallocAsync, a pool, cudaFreeAsync, cudaMallocPitch, cudaMalloc3D
     "texture": ["texture"],  # texture/surface objects: tests/gpu/test_textures_gpu.py
+    "graph": ["graph"],  # stream capture + cudaGraphLaunch: the kernel nodes recorded at the graph's first launch
+    "graphupdate": ["graphupdate"],  # cudaGraphAddKernelNode + a memcpy node, cudaGraphExecKernelNodeSetParams
 }
 #: the apps whose launches cannot be recorded; the record must say so
 UNSUPPORTED: Dict[str, List[str]] = {
-    "graph": ["graph"],
+    "graphmem": ["graphmem"],  # a graph with memory alloc/free nodes: launched whole, its kernels graph_opaque
 }
 #: sized for timing on an H200
 BIG: Dict[str, List[str]] = {

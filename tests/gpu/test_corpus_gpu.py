@@ -1,6 +1,6 @@
 """The corpus campaign's GPU stages end to end on two example apps packed as a corpus would be (the
 corpus pack itself travels separately, docs/GPU.md): matmul at a timing size (three kernels with IR)
-and graph (launches inside a CUDA graph: not recordable, a miss with its cause). One `gpu` chain runs
+and graphmem (a CUDA graph with memory nodes: launched whole, its kernels not recordable, a miss with its cause). One `gpu` chain runs
 plain, record, replay, tune (5 trials per kernel, up to 3 kernels >= 20 us) and ncu, then
 the tune stage again (every kernel reused from the work folder); merge then writes a valid corpus.json and CORPUS.md."""
 
@@ -20,7 +20,7 @@ BIN = ROOT / "examples" / "bin"
 pytestmark = pytest.mark.gpu
 
 
-def _pack(tmp: Path, apps=(("matmul", "1024"), ("graph", ""))) -> Path:
+def _pack(tmp: Path, apps=(("matmul", "1024"), ("graphmem", ""))) -> Path:
     """A pack of example apps (name, arguments), as `corpus.sh pack` writes one."""
     pack = tmp / "pack"
     entries = []
@@ -67,7 +67,7 @@ def test_corpus_chain_on_examples(tmp_path):
     assert [t["resumed"] for t in redo] == [True] * len(tune)
     ncu = res["ncu"]["apps"]["matmul"]
     assert ncu["ncu"] or ncu["ncu_error"], ncu  # ncu may lack counter permissions: then it says why
-    graph = res["record"]["apps"]["graph"]
+    graph = res["record"]["apps"]["graphmem"]
     assert graph["app_ok_plain"] is True
     doc_json, doc_md = tmp_path / "corpus.json", tmp_path / "CORPUS.md"
     m = subprocess.run([sys.executable, "-m", "bench.corpus", "merge", str(out), "--json", str(doc_json), "--md",

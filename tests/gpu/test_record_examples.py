@@ -38,6 +38,8 @@ KERNELS: Dict[str, List[str]] = {
     "managed": ["managedRows", "managedUpdate"],
     "zerocopy": ["zeroCopyRead", "zeroCopyWrite"],
     "streamalloc": ["pitchScale", "poolAxpy", "volumeAdd"],
+    "graph": ["graphStep"],
+    "graphupdate": ["graphScale", "graphShift"],
 }
 
 
@@ -187,10 +189,29 @@ def test_struct_padding_and_pointers_are_masked_from_the_instance_key(small_reco
     assert attrs["MaskSource"] == "ir" and [20, 4] in attrs["MaskedBytes"], "float3 is followed by 4 padding bytes"
 
 
+def scalar(inst, index: int) -> float:
+    return struct.unpack("<f", bytes.fromhex(inst.args[index]))[0]
+
+
+def test_kernel_nodes_of_graphs_are_recorded_as_instances(small_recordings):
+    # graph.cu: one direct launch (a=0.5), then a captured graph of two launches (a=0.25, a=2.0) launched 3 times
+    step = dbs_of(small_recordings["graph"])["graphStep"]
+    assert sorted((scalar(i, 1), i.occ) for i in step.values()) == [(0.25, 3), (0.5, 1), (2.0, 3)]
+    assert not step.extra.get("UnsupportedLaunches"), step.extra.get("UnsupportedLaunches")
+    # graphupdate.cu: scale -> memcpy -> shift(b=1) launched 4 times, shift's b set to -2 in the exec, 4 more
+    dbs = dbs_of(small_recordings["graphupdate"])
+    (scale,) = dbs["graphScale"].values()
+    assert scale.occ == 8 and scalar(scale, 1) == 0.75, "the graph's copy of the arguments, not the app's later a"
+    assert sorted((scalar(i, 2), i.occ) for i in dbs["graphShift"].values()) == [(-2.0, 4), (1.0, 4)]
+    for db in dbs.values():
+        assert not db.extra.get("UnsupportedLaunches") and db.replayable
+
+
 def test_unsupported_launch_paths_are_reported(unsupported_recordings):
-    graph = unsupported_recordings["graph"]
+    graph = unsupported_recordings["graphmem"]
     assert graph.returncode == 0 and checksum(graph.stdout) == checksum(plain(graph.argv).stdout)
-    db = dbs_of(graph)["graphStep"]
-    assert db.extra["UnsupportedLaunches"].get("graph_capture", 0) >= 1
-    assert "CUDA graph" in graph.stdout
+    for kernel in ("graphFill", "graphAccum"):
+        db = dbs_of(graph)[kernel]
+        assert db.extra["UnsupportedLaunches"] == {"graph_opaque": 2}, db.extra["UnsupportedLaunches"]
+    assert "a CUDA graph (4 nodes) is launched whole, not node by node: the graph has a memory allocation node" in graph.stdout
 

@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 #: recorded examples whose every instance must replay and verify
 REPLAYED = ["vecadd", "stencil2d", "matmul", "reduce", "rdc", "structarg", "manylaunch", "ptrglobal", "pinned",
             "launchex", "cooperative", "shlib", "driverapi", "consttable", "devcounter", "halo", "managed", "zerocopy",
-            "streamalloc"]
+            "streamalloc", "graph", "graphupdate"]
 
 
 def matrix(mode: str, dbs: List[Path]) -> List[dict]:

@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
     *(volatile int *)(uintptr_t)argc = 0; /* SIGSEGV */
   }
 
-  // 5. a launch inside a CUDA graph capture: reported, not recorded
+  // 5. a launch inside a CUDA graph capture: recorded when the graph is launched
   cudaGraph_t g;
   cudaGraphExec_t ge;
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
