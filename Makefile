@@ -25,11 +25,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# The cffi extension (snapshot format + replay core) and the LD_PRELOAD recorder.
+# The cffi extension (snapshot format + replay core), the LD_PRELOAD recorder and applier, and the in-process
+# ptxas (nvPTXCompiler linked into mneme/lib/libmneme_ptxc.so where a static archive of ptxas's version exists).
 native: $(VENV)/.installed
 	$(PY) native/build_native.py
 	$(MAKE) --no-print-directory -C native/recorder CUDA_HOME=$(CUDA_HOME) OUT=$(CURDIR)/mneme/lib
 	$(MAKE) --no-print-directory -C native/apply CUDA_HOME=$(CUDA_HOME) OUT=$(CURDIR)/mneme/lib
+	$(PY) native/ptxcompiler/build_ptxcompiler.py
 
 # The GPU compare kernel ships as PTX (mneme/data/compare.ptx); regenerate it after editing compare.cu.
 ptx:

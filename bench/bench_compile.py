@@ -16,10 +16,22 @@ parallel compile jobs the goal needs when nothing comes from the cache.
 With `--search N`, each kernel instead compiles N configurations drawn at random from the `standard` preset
 (launch safety from the IR, code knobs included) the way one compile worker does it: the linked module once,
 a CompileCache shared by the draws (code-hash hits, and cubins reused when the PTX is the same). It reports
-distinct configurations per second on one core, and how many draws needed no ptxas (identical PTX) or gave
-machine code that an earlier draw already had (identical binary: the tuner times it once).
+distinct configurations per second on one core, and how many draws needed no ptxas (identical PTX), no LLVM
+(PTX reused: the draw differed from an earlier one only in what the assembler sees) or gave machine code that
+an earlier draw already had (identical binary: the tuner times it once).
 
-Usage: python bench/bench_compile.py [--quick] [--reps N] [--search N] [--record-dir DIR ...] [--out FILE]
+`--paths old,new` runs the search twice per kernel on the same draws, side by side: `old` compiles every draw
+from the IR (compile_kernel(reuse_ptx=False)) and assembles with the ptxas process (MNEME_PTXAS_INPROCESS=0);
+`new` reuses PTX and assembles in-process where mneme.ir.ptxcompiler can. (The cubin section reader,
+mneme.ir.cubinelf, which replaced two pyelftools parses of every cubin, serves both paths: its ~3 ms per
+configuration is not in the difference.) Each path compiles the baseline once, untimed, before its draws.
+The ratio line projects each path's configurations per CPU-second to a 16-core host against 150/s.
+
+`--bitcode FILE.bc:KERNEL:GRID:BLOCK` adds a kernel of device bitcode that has no record (e.g. a corpus program
+built with clang-22 -emit-llvm, see docs/BENCHMARKS.md): the standard space of that launch, without argument values.
+
+Usage: python bench/bench_compile.py [--quick] [--reps N] [--search N [--paths old,new] [--bitcode SPEC ...]]
+                                     [--record-dir DIR ...] [--out FILE]
 """
 
 from __future__ import annotations
@@ -95,9 +107,14 @@ def measure(db: str, rid: str, reps: int) -> Dict[str, Dict[str, Any]]:
     return {v: stage_row(s, last[v].cubin.registers, last[v].obj_size) for v, s in samples.items()}
 
 
+#: the goal of issue 17: distinct configurations per second on one 16-core host
+GOAL_PER_S, HOST_CORES = 150.0, 16
+PATHS = ("old", "new")
+
 SEARCH_COLUMNS = [
-    ["example", "example"], ["kernel", "kernel"], ["draws", "draws", "d"], ["distinct", "distinct configs", "d"],
-    ["code_hits", "code-hash hits", "d"], ["ptx_reused", "cubin reused (same PTX)", "d"],
+    ["example", "example"], ["kernel", "kernel"], ["path", "path"], ["draws", "draws", "d"],
+    ["distinct", "distinct configs", "d"], ["code_hits", "code-hash hits", "d"],
+    ["llvm_skipped", "PTX reused (no LLVM)", "d"], ["ptx_reused", "cubin reused (same PTX)", "d"],
     ["same_binary", "same binary", "d"], ["compile_s", "compile s", ".2f"], ["configs_per_s", "configs/s/core", ".1f"],
     ["ms_per_config", "ms/config", ".1f"], ["cpu_ms_per_config", "CPU ms/config", ".1f"],
     ["configs_per_cpu_s", "configs/CPU-s", ".1f"], ["cubin_share", "cubin share", ".0%"],
@@ -112,34 +129,83 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def search(db: str, rid: str, n: int, seed: int = 1) -> Dict[str, Any]:
-    """Compile `n` random draws of the standard preset of one kernel with one shared cache."""
+def search(k: Dict[str, Any], n: int, seed: int = 1, path: str = "new") -> Dict[str, Any]:
+    """Compile `n` random draws of the standard preset of one kernel (a row of kernels() or bitcode_kernel())
+    with one shared cache, on `path`."""
+    import os
+
+    from mneme.ir import ptxcompiler
+
+    if path not in PATHS:
+        raise ValueError(f"path {path!r}: one of {PATHS}")
+    before = os.environ.get(ptxcompiler.ENV)
+    os.environ[ptxcompiler.ENV] = "1" if path == "new" else "0"
+    try:
+        return _search(k, n, seed, reuse_ptx=path == "new")
+    finally:
+        if before is None:
+            os.environ.pop(ptxcompiler.ENV, None)
+        else:
+            os.environ[ptxcompiler.ENV] = before
+
+
+def bitcode_kernel(spec: str) -> Dict[str, Any]:
+    """FILE.bc:KERNEL:GRID:BLOCK (e.g. lavamd.bc:_Z15kernel...:1000:128) -> a kernels() row for a kernel of device
+    bitcode that has no record (a corpus program built with clang-22): no argument values, so no argument
+    specialization, and the launch given here."""
+    parts = spec.rsplit(":", 3)
+    if len(parts) != 4:
+        raise SystemExit(f"--bitcode {spec!r}: FILE.bc:KERNEL:GRID:BLOCK (GRID, BLOCK: x or x,y or x,y,z)")
+    bc, name, grid, block = parts
+    short = name if len(name) < 40 else name[:37] + "..."
+    return {"example": Path(bc).stem, "kernel": short, "bc": bc, "name": name,
+            "grid": [int(v) for v in grid.split(",")], "block": [int(v) for v in block.split(",")]}
+
+
+def _prepare(k: Dict[str, Any]):
+    """(linked module, kernel name, baseline, static hash, arch, argument values, space context)"""
+    from mneme.ir.launchsafety import analyze_launch
+    from mneme.tune.space import SpaceContext
+
+    if "bc" in k:
+        from mneme.config import ExperimentConfiguration, dim3
+        from mneme.ir import link_modules, static_hash
+
+        linked = link_modules([k["bc"]], k["name"], prune=True, internalize=True)
+        base = ExperimentConfiguration(grid=dim3(*k["grid"]), block=dim3(*k["block"]))
+        facts = analyze_launch(linked, k["name"])
+        return linked, k["name"], base, static_hash(linked, k["name"]), "sm_90", None, \
+            SpaceContext(base, launch_facts=facts)
+    from mneme.replay.pipeline import ReplayPipeline
+
+    pipe = ReplayPipeline(k["db"], k["rid"], device_id=None)
+    linked, base = pipe.linked(), pipe.baseline_config()
+    ctx = SpaceContext(base, pipe.record, pipe.instance, launch_facts=analyze_launch(linked, pipe.kernel_name))
+    return linked, pipe.kernel_name, base, pipe.record.static_hash, pipe.arch, pipe.arg_values(), ctx
+
+
+def _search(k: Dict[str, Any], n: int, seed: int, reuse_ptx: bool) -> Dict[str, Any]:
     import random
     import time
 
     from mneme.ir import CompileCache, compile_kernel
-    from mneme.ir.launchsafety import analyze_launch
-    from mneme.replay.pipeline import ReplayPipeline
     from mneme.tune.presets import preset_space
-    from mneme.tune.space import SpaceContext
 
-    pipe = ReplayPipeline(db, rid, device_id=None)
-    linked = pipe.linked()
-    base = pipe.baseline_config()
-    ctx = SpaceContext(base, pipe.record, pipe.instance, launch_facts=analyze_launch(linked, pipe.kernel_name))
+    linked, name, base, shash, arch, args, ctx = _prepare(k)
     space = preset_space("standard", ctx)
     rng = random.Random(seed)
     cache = CompileCache()
     keys, binaries = set(), set()
-    row = {"draws": n, "distinct": 0, "code_hits": 0, "ptx_reused": 0, "same_binary": 0}
+    row = {"draws": n, "distinct": 0, "code_hits": 0, "llvm_skipped": 0, "ptx_reused": 0, "same_binary": 0}
     busy = cubin = 0.0
-    args = pipe.arg_values()
+    # one-time set-up (LLVM's target, the assembler's first start or library load) is not a configuration's
+    compile_kernel(linked, name, base, arch=arch, static_hash=shash, cache=False)
     cpu0 = _cpu_s()
     for _ in range(n):
         cfg = space.derived(space.sample_random(rng))
         t = time.perf_counter()
-        ck = compile_kernel(linked, pipe.kernel_name, cfg, arch=pipe.arch, static_hash=pipe.record.static_hash,
-                            arg_values=args if cfg.specialize else None, cache=cache)
+        ck = compile_kernel(linked, name, cfg, arch=arch, static_hash=shash,
+                            arg_values=args if cfg.specialize else None, cache=cache, reuse_ptx=reuse_ptx)
         busy += time.perf_counter() - t
         if ck.cache_hit:
             row["code_hits"] += 1
@@ -147,6 +213,7 @@ def search(db: str, rid: str, n: int, seed: int = 1) -> Dict[str, Any]:
         row["distinct"] += 1
         cubin += ck.cubin_time
         row["ptx_reused"] += int(ck.cubin_reused)
+        row["llvm_skipped"] += int(ck.ptx_reused)
         row["same_binary"] += int(ck.binary in binaries)
         binaries.add(ck.binary)
         keys.add(ck.code_hash)
@@ -158,6 +225,30 @@ def search(db: str, rid: str, n: int, seed: int = 1) -> Dict[str, Any]:
     row["ms_per_config"] = 1e3 * busy / row["distinct"] if row["distinct"] else None
     row["cubin_share"] = benchlib.ratio(cubin, busy)
     return row
+
+
+def search_summary(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    ok = [r for r in rows if "error" not in r and r.get("configs_per_s")]
+    total_s, distinct, cpu_s = (sum(r[k] for r in ok) for k in ("compile_s", "distinct", "cpu_s"))
+    per_cpu_s = distinct / cpu_s if cpu_s else None
+    each = [r["configs_per_cpu_s"] for r in ok if r.get("configs_per_cpu_s")]
+    return {"kernels": len(ok), "failed_rows": len(rows) - len(ok), "distinct": distinct, "compile_s": total_s,
+            "median_configs_per_cpu_s": benchlib.median(each),
+            "kernels_meeting_goal": sum(1 for v in each if v * HOST_CORES >= GOAL_PER_S),
+            "configs_per_s_per_core": distinct / total_s if total_s else None, "cpu_s": cpu_s,
+            "configs_per_cpu_s": per_cpu_s, "host_projection_per_s": per_cpu_s * HOST_CORES if per_cpu_s else None,
+            "llvm_skipped": sum(r["llvm_skipped"] for r in ok), "ptx_reused": sum(r["ptx_reused"] for r in ok),
+            "same_binary": sum(r["same_binary"] for r in ok)}
+
+
+def search_line(path: str, s: Dict[str, Any]) -> str:
+    if not s["configs_per_cpu_s"]:
+        return f"{path}: nothing compiled"
+    med = s["median_configs_per_cpu_s"]
+    return (f"{path}: {s['distinct']} distinct configurations in {s['cpu_s']:.1f} CPU-s ({s['llvm_skipped']} without "
+            f"LLVM, {s['ptx_reused']} without ptxas); per kernel median {med:.1f} per CPU-second -> {med * HOST_CORES:.0f}/s "
+            f"on {HOST_CORES} cores; {s['kernels_meeting_goal']} of {s['kernels']} kernels project to >= "
+            f"{GOAL_PER_S:.0f}/s")
 
 
 def stage_row(samples: Dict[str, List[float]], regs: int, size: int) -> Dict[str, Any]:
@@ -202,6 +293,10 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="repetitions per kernel (default 10; --quick 3)")
     ap.add_argument("--search", type=int, default=0, metavar="N",
                     help="compile N random draws of the standard preset per kernel (configs/s per core)")
+    ap.add_argument("--paths", default="new",
+                    help="with --search: compile paths to run side by side on the same draws (old, new; default new)")
+    ap.add_argument("--bitcode", action="append", default=[], metavar="FILE.bc:KERNEL:GRID:BLOCK",
+                    help="with --search: also a kernel of device bitcode without a record (repeatable)")
     ap.add_argument("--record-dir", type=Path, action="append", default=None,
                     help="directory of record DBs (repeatable; default every tests/fixtures/* directory)")
     args = ap.parse_args(argv)
@@ -210,27 +305,31 @@ def main(argv: List[str] = None) -> int:
     run = benchlib.Run(NAME, __doc__, args.quick)
     rows: List[Dict[str, Any]] = []
     if args.search:
-        for k in kernels(dirs):
-            ident = {"example": k["example"], "kernel": k["kernel"]}
-            try:
-                rows.append({**ident, **search(k["db"], k["rid"], args.search)})
-            except Exception as e:  # noqa: BLE001 - one kernel's failure is its row
-                rows.append(benchlib.error_row(ident, e, args.verbose))
+        paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+        bad = [p for p in paths if p not in PATHS]
+        if bad or not paths:
+            ap.error(f"--paths {args.paths!r}: a comma-separated list of {', '.join(PATHS)}")
+        for k in kernels(dirs) + [bitcode_kernel(b) for b in args.bitcode]:
+            for path in paths:
+                ident = {"example": k["example"], "kernel": k["kernel"], "path": path}
+                try:
+                    rows.append({**ident, **search(k, args.search, path=path)})
+                except Exception as e:  # noqa: BLE001 - one kernel's failure is its row
+                    rows.append(benchlib.error_row(ident, e, args.verbose))
             print(f"  {k['example']}/{k['kernel']} done", file=sys.stderr, flush=True)
         run.add(benchlib.table(f"Standard-preset search, {args.search} draws per kernel, one core "
-                               f"({benchlib.cpu_model()})", SEARCH_COLUMNS, rows, ident=2))
-        ok = [r for r in rows if "error" not in r and r.get("configs_per_s")]
-        total_s, distinct = sum(r["compile_s"] for r in ok), sum(r["distinct"] for r in ok)
-        cpu_s = sum(r["cpu_s"] for r in ok)
-        run.summary = {"kernels": len(ok), "draws": args.search, "distinct": distinct, "compile_s": total_s,
-                       "configs_per_s_per_core": distinct / total_s if total_s else None, "cpu_s": cpu_s,
-                       "configs_per_cpu_s": distinct / cpu_s if cpu_s else None,
-                       "ptx_reused": sum(r["ptx_reused"] for r in ok), "same_binary": sum(r["same_binary"] for r in ok)}
-        cps = run.summary["configs_per_s_per_core"]
-        run.ratio = (f"{distinct} distinct configurations in {total_s:.1f} s wall on one worker = {cps:.1f} configs/s, "
-                     f"{cpu_s:.1f} CPU-s = {run.summary['configs_per_cpu_s']:.1f} configs per CPU-second "
-                     f"({run.summary['ptx_reused']} without ptxas, {run.summary['same_binary']} identical binaries)"
-                     if cps else "nothing compiled")
+                               f"({benchlib.cpu_model()})", SEARCH_COLUMNS, rows, ident=3))
+        run.summary = {"draws": args.search, "paths": {p: search_summary([r for r in rows if r["path"] == p])
+                                                       for p in paths}}
+        run.ratio = "; ".join(search_line(p, s) for p, s in run.summary["paths"].items())
+        if len(paths) == 2:
+            by = {(r["example"], r["kernel"], r["path"]): r.get("configs_per_cpu_s") for r in rows if "error" not in r}
+            gains = [by[(e, k, paths[1])] / v for (e, k, p), v in by.items()
+                     if p == paths[0] and v and by.get((e, k, paths[1]))]
+            if gains:
+                run.summary["speedup_median"] = benchlib.median(gains)
+                run.ratio += (f"; {paths[1]} / {paths[0]} per kernel: median {run.summary['speedup_median']:.2f}x "
+                              f"({min(gains):.2f}-{max(gains):.2f}x) configurations per CPU-second")
         return run.finish(args.out)
     for k in kernels(dirs):
         ident = {"example": k["example"], "kernel": k["kernel"]}

@@ -13,3 +13,8 @@ if [ ! -f mneme/lib/librecord.so ] || [ ! -f mneme/lib/libapply.so ] || ! ls mne
   { python3 native/build_native.py && make -C native/recorder OUT="$PWD/mneme/lib" && make -C native/apply OUT="$PWD/mneme/lib"; } >/tmp/mneme-native.log 2>&1 \
     || { cat /tmp/mneme-native.log; return 1; }
 fi
+# ptxas in-process (mneme.ir.ptxcompiler), from the toolkit's lib64/libnvptxcompiler_static.a; optional, tried once
+if [ ! -f mneme/lib/libmneme_ptxc.json ] && [ ! -f /tmp/mneme-ptxc.tried ]; then
+  touch /tmp/mneme-ptxc.tried
+  python3 native/ptxcompiler/build_ptxcompiler.py >/tmp/mneme-ptxc.log 2>&1 || cat /tmp/mneme-ptxc.log
+fi

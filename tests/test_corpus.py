@@ -309,7 +309,8 @@ def test_tune_command_runs_and_its_summary_parses(tmp_path):
     assert t["trials"] == 4 and t["verified_fraction"] == 0.0  # compile-only trials never verify
     assert t["tune_configs_per_s"] > 0 and t["best_config"]["block"]["x"] > 0
     assert t["failure_reasons"] == [] and isinstance(t["best_changes"], dict)
-    assert (out / "study.db").is_file() and ctune.tune_argv(db, rid, out, 4, "standard", None, resume=True)[-3:] == [
+    assert (out / ctune.STUDY_FILE).is_file() and not (out / "study.db").exists()
+    assert ctune.tune_argv(db, rid, out, 4, "standard", None, resume=True)[-3:] == [
         "--resume", "--stale-after", "10"]
 
 
@@ -358,7 +359,7 @@ def test_tune_stage_reuses_finished_kernels_and_stops_before_the_budget(tmp_path
     said.clear()
     row = ctune.tune_app(app, budget, ctx, min_us=0, progress=said.append)
     assert row["budget_cut"] and row["partial"] and row["tune"] == [] and "not started" in said[0]
-    assert not (d / "study.db").exists()
+    assert not (d / ctune.STUDY_FILE).exists()
     res = stage.run_stage("tune", [app], lambda a, b: ctune.tune_app(a, b, ctx, min_us=0, progress=said.append), budget,
                           min_start=1, progress=said.append)
     assert res["remaining"] == ["A"] and res["apps"]["A"]["partial"] and res["stopped"] == "budget"

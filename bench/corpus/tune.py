@@ -32,6 +32,10 @@ KERNEL_TIMEOUT_S = 420.0
 #: a kernel is not started with less of the budget left (100 trials took 8-60 s per kernel on the H200)
 KERNEL_MIN_S = 75.0
 ROW_FILE = "corpus-row.json"
+#: the study, in Optuna's journal file storage: with mneme tune's default SQLite storage, Optuna's RDB layer reads
+#: the trials back on every ask, which capped 100 trials of `standard` at ~20 trials/s on the dev machine even with
+#: free compiles and runs (journal: ~90/s; docs/BENCHMARKS.md, compile throughput)
+STUDY_FILE = "study.journal"
 #: the settings a reused row must have been made with
 ROW_KEYS = ("instance", "space", "trials_requested")
 
@@ -41,7 +45,7 @@ Progress = Callable[[str], None]
 def tune_argv(db: Path, rid: str, out_dir: Path, trials: int, space: str, jobs: Optional[int],
               resume: bool = False) -> List[str]:
     argv = mneme("tune", "-rdb", str(db), "-rid", rid, "--space", space, "--trials", str(trials), "--no-track",
-                 "--json", "--quiet", "-o", str(out_dir))
+                 "--json", "--quiet", "-o", str(out_dir), "--storage", f"journal:{Path(out_dir) / STUDY_FILE}")
     # resuming: the budget stopped the process that ran it, so its running trials are redone after 10 s
     argv += ["--compile-jobs", str(jobs)] if jobs else []
     return argv + (["--resume", "--stale-after", "10"] if resume else [])
@@ -194,7 +198,7 @@ def tune_kernel(ctx: Ctx, app, k: Dict[str, Any], inst: Dict[str, Any], budget: 
     head = {"name": k["name"], "instance": inst["id"], "in_app_ns": inst["in_app_ns"], "space": space,
             "trials_requested": trials}
     db = ctx.rdb(app) / k["db"]
-    resume = (d / "study.db").is_file()
+    resume = (d / STUDY_FILE).is_file()
     limit = budget.cap(timeout)
     p = stage.run(tune_argv(db, inst["id"], d, trials, space, jobs, resume), timeout=limit, cwd=d.parent)
     if stopped_by_budget(p, limit, timeout):

@@ -256,15 +256,13 @@ def binary_digest(cubin: bytes) -> str:
     """SHA-256 over the cubin's sections except the tool notes: equal digests mean the GPU runs the same code
     with the same resources, however the configurations that produced it differ."""
     import hashlib
-    import io
 
-    from elftools.elf.elffile import ELFFile
+    from mneme.ir.cubinelf import sections
 
     h = hashlib.sha256(b"mneme-binary-v1\0")
     try:
-        secs = sorted((s.name, s.data()) for s in ELFFile(io.BytesIO(cubin)).iter_sections()
-                      if s.name not in _NON_CODE_SECTIONS and s.header.sh_type != "SHT_NOBITS")
-    except Exception:  # noqa: BLE001 - not an ELF we can read: the bytes themselves
+        secs = sorted((s.name, s.data) for s in sections(cubin) if s.name not in _NON_CODE_SECTIONS and not s.nobits)
+    except ValueError:  # not an ELF we can read: the bytes themselves
         return hashlib.sha256(cubin).hexdigest()
     for name, data in secs:
         h.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)

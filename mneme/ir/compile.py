@@ -28,7 +28,7 @@ from mneme.ir.codegen import (
 )
 from mneme.ir.hashing import code_hash as make_code_hash
 from mneme.ir.hashing import static_hash as make_static_hash
-from mneme.ir.knobs import CodeKnobs
+from mneme.ir.knobs import ASSEMBLER_ONLY, CodeKnobs
 from mneme.ir.module import kernel_function
 from mneme.ir.params import ParamInfo, kernel_params
 from mneme.ir.pipeline import optimize, parse_pipeline
@@ -63,6 +63,8 @@ class CompiledKernel:
     ptx_instructions: int = 0
     #: the PTX equalled that of an earlier compile (same assembler options): its cubin was reused, ptxas skipped
     cubin_reused: bool = False
+    #: an earlier compile had the same IR-side inputs (ptx_source_key): its PTX was reused, LLVM skipped
+    ptx_reused: bool = False
 
     @property
     def codegen_time(self) -> float:
@@ -74,6 +76,8 @@ class CompiledKernel:
 
 
 _MAGIC = b"MNEMECK1"
+#: key prefixes of CompileCache entries that are looked up by what one stage sees (ptx_key, ptx_source_key)
+_SIDE_KEYS = ("ptx-", "src-")
 
 
 def _toolchain_tag(using: Optional[str] = None) -> str:
@@ -131,8 +135,8 @@ class CompileCache:
         self.misses = 0
 
     def __len__(self) -> int:
-        """Compiled variants held (by code hash; the PTX-keyed cubins are not counted)."""
-        return sum(1 for k in self._mem if not k.startswith("ptx-"))
+        """Compiled variants held (by code hash; the entries under ptx_key and ptx_source_key are not counted)."""
+        return sum(1 for k in self._mem if not k.startswith(_SIDE_KEYS))
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.mck"
@@ -148,7 +152,7 @@ class CompileCache:
             if ck is not None:
                 with self._lock:
                     self._mem[key] = ck
-        if key.startswith("ptx-"):  # a cubin by its PTX (ptx_key): not a compile-cache lookup
+        if key.startswith(_SIDE_KEYS):  # a cubin by its PTX, PTX by its IR inputs: not compile-cache lookups
             return ck
         with self._lock:
             if ck is None:
@@ -238,6 +242,7 @@ def compile_kernel(
     cache: Union[CompileCache, None, bool] = None,
     keep_ll: bool = False,
     no_inline: Sequence[str] = (),
+    reuse_ptx: bool = True,
 ) -> CompiledKernel:
     """Compile `config`'s variant of the kernel; `linked_mod` is cloned, never changed.
 
@@ -248,6 +253,9 @@ def compile_kernel(
     and toolchain. `config.prune`/`internalize` were applied when `linked_mod` was linked. A module's LLVM
     context is single-threaded: compile one linked module from one thread at a time (the tuner's pool uses processes).
     `no_inline`: functions that stay calls when `config.cross_unit_inline` is off (other translation units').
+    `reuse_ptx`: take the PTX of an earlier compile in `cache` whose IR-side inputs were the same (key_of_ir:
+    the configurations differ only in assembler-only knobs, the method, or an unspecialized launch), skipping
+    the optimizer and code generation; False compiles every configuration from the IR (bench_compile's old path).
     """
     problems = [p for p in config.problems() if not p.startswith(("grid", "block", "shared_mem"))]
     if problems:
@@ -275,22 +283,31 @@ def compile_kernel(
         if hit is not None and (hit.ll is not None or not keep_ll):
             return hit
 
-    ir_arch, ir_ptx = function_target(fn)
-    retarget = arch if ir_arch and ir_arch != arch else None
-    if spec or retarget or knobs.rewrites_ir:
-        text = rewrite_ir(_printed(linked_mod), kernel_name, spec, fn, params, retarget)
-        mod = reparse(knobs.rewrite(text), kernel_name)
+    # configurations that differ only in what the assembler sees (ASSEMBLER_ONLY knobs, the method, the launch
+    # where nothing is specialized) have the same PTX: the optimizer and code generation run once for them
+    skey = ptx_source_key(key_of_ir(static_hash, spec, pipeline, config.codegen_opt, arch, hashed_knobs))
+    source = store.get(skey) if store is not None and reuse_ptx else None
+    if source is not None and (source.ll is not None or not keep_ll):
+        ptx, ll = source.ptx, source.ll if keep_ll else None
+        t1 = t2 = t3 = time.perf_counter()
     else:
-        mod = linked_mod.clone()
-    _keep_calls(mod, kept_calls)
-    t1 = time.perf_counter()
-    optimize(mod, pipeline, arch, config.codegen_opt, tuning=knobs)
-    if knobs.rewrites_optimized:
-        mod = reparse(knobs.rewrite_optimized(str(mod)), kernel_name)
-    ll = str(mod) if keep_ll else None
-    t2 = time.perf_counter()
-    ptx = emit_ptx(mod, arch, config.codegen_opt, ir_ptx or DEFAULT_PTX)
-    t3 = time.perf_counter()
+        source = None
+        ir_arch, ir_ptx = function_target(fn)
+        retarget = arch if ir_arch and ir_arch != arch else None
+        if spec or retarget or knobs.rewrites_ir:
+            text = rewrite_ir(_printed(linked_mod), kernel_name, spec, fn, params, retarget)
+            mod = reparse(knobs.rewrite(text), kernel_name)
+        else:
+            mod = linked_mod.clone()
+        _keep_calls(mod, kept_calls)
+        t1 = time.perf_counter()
+        optimize(mod, pipeline, arch, config.codegen_opt, tuning=knobs)
+        if knobs.rewrites_optimized:
+            mod = reparse(knobs.rewrite_optimized(str(mod)), kernel_name)
+        ll = str(mod) if keep_ll else None
+        t2 = time.perf_counter()
+        ptx = emit_ptx(mod, arch, config.codegen_opt, ir_ptx or DEFAULT_PTX)
+        t3 = time.perf_counter()
     asm_opt, flags = knobs.assembler_opt(config.codegen_opt), knobs.ptxas_flags()
     pkey = ptx_key(ptx, arch, asm_opt, config.codegen_method, using, flags, kernel_name)
     earlier = store.get(pkey) if store is not None else None
@@ -315,11 +332,14 @@ def compile_kernel(
         binary=binary_digest(cubin.cubin),
         ptx_instructions=ptx_instruction_count(ptx),
         cubin_reused=earlier is not None,
+        ptx_reused=source is not None,
     )
     if store is not None:
         store.put(ck)
         if earlier is None:
             store.put(ck, key=pkey)
+        if source is None:
+            store.put(ck, key=skey)
     return ck
 
 
@@ -330,6 +350,23 @@ def _keep_calls(mod: llvm.ModuleRef, names: Sequence[str]) -> None:
             attrs = " ".join(a.decode(errors="replace") for a in fn.attributes)
             if "alwaysinline" not in attrs.split():
                 fn.add_function_attribute("noinline")
+
+
+def key_of_ir(static_hash: str, spec: Specialization, pipeline, codegen_opt: int, arch: str,
+              knobs: Mapping[str, Any]) -> Dict[str, Any]:
+    """What the PTX of a compile depends on: the IR (static hash), what is written into it, the pipeline, the
+    code generation level and target, LLVM's version, and the knobs but the assembler-only ones."""
+    return {"static": static_hash, "spec": spec.describe(), "passes": pipeline.canonical, "codegen_opt": int(codegen_opt),
+            "arch": arch, "llvm": list(llvm.llvm_version_info),
+            "knobs": {k: v for k, v in knobs.items() if k not in ASSEMBLER_ONLY}}
+
+
+def ptx_source_key(inputs: Mapping[str, Any]) -> str:
+    """The cache key of PTX by the inputs key_of_ir lists."""
+    import hashlib
+
+    doc = json.dumps(dict(inputs), sort_keys=True, separators=(",", ":"))
+    return "src-" + hashlib.sha256(b"mneme-ptx-source-v1\0" + doc.encode()).hexdigest()
 
 
 def ptx_key(ptx: str, arch: str, opt: int, method: str, using: str, flags, kernel: str) -> str:

@@ -53,6 +53,11 @@ _DENORMAL = re.compile(r' ?"denormal-fp-math(?:-f32)?"="[^"]*"')
 _FAST_NO_CONTRACT = "reassoc nnan ninf nsz arcp afn"
 
 
+#: knobs that reach only the PTX assembler (ptxas_flags, assembler_opt): the PTX is the same whatever their values,
+#: so compile_kernel reuses the PTX of a configuration that differed only in these (fma also rewrites the IR)
+ASSEMBLER_ONLY = ("ptxas_opt", "max_regs", "dlcm", "expensive_opts", "whole_program")
+
+
 class CodeKnobs:
     """The code knobs of one configuration; their names and neutral values are mneme.config.KNOB_DEFAULTS."""
 

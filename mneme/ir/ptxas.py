@@ -11,7 +11,6 @@ is what the app ran. Every app built with clang or nvcc had a ptxas next to its 
 from __future__ import annotations
 
 import functools
-import io
 import os
 import re
 import shutil
@@ -121,23 +120,38 @@ def assemble(ptx: str, arch: str, opt: int, method: str, threads: Optional[int] 
             "no ptxas found (looked at MNEME_PTXAS, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin and PATH); "
             "set CUDA_HOME to your CUDA toolkit, or MNEME_ASSEMBLER=nvjitlink to assemble with nvJitLink"
         )
+    opts = ptxas_options(arch, opt, method, threads, extra)
+    if not relocatable and method != "parallel":
+        from mneme.ir import ptxcompiler
+
+        lib = ptxcompiler.library(ptxas_version(exe))
+        if lib is not None:  # the same compiler in this process: no process, no files (mneme.ir.ptxcompiler)
+            try:
+                return ptxcompiler.compile_ptx(lib, ptx, opts)
+            except ptxcompiler.Rejected as e:
+                raise _rejected(f"{exe}, in-process", arch, f"nvPTXCompilerCompile {e.code}", e.log) from None
     with pid_dir("ptxas") as tmp:  # removed on exit and Ctrl-C; reaped (mneme.tmpfiles) if this process is killed
         src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
         src.write_text(ptx)
         try:
-            p = subprocess.run([exe, *ptxas_options(arch, opt, method, threads, extra), *(["-c"] if relocatable else []),
+            p = subprocess.run([exe, *opts, *(["-c"] if relocatable else []),
                                 "-o", str(out), str(src)], capture_output=True, text=True)
         except OSError as e:
             raise CompileError(f"could not run {exe}: {e}") from None
         if p.returncode != 0 or not out.is_file():
-            hint = ""
-            if "Unsupported .version" in p.stderr or "not supported" in p.stderr:
-                hint = (f"\n{exe} (CUDA {ptxas_version(exe)}) is older than the PTX that LLVM emits: point MNEME_PTXAS "
-                        "or CUDA_HOME at a newer toolkit, or set MNEME_ASSEMBLER=nvjitlink")
-            raise CompileError(f"ptxas ({exe}) rejected the PTX for {arch} (exit {p.returncode}):\n{p.stderr.strip()}{hint}")
+            raise _rejected(exe, arch, f"exit {p.returncode}", p.stderr)
         if relocatable:
             out = _device_link(Path(tmp), out, arch)
         return out.read_bytes(), (p.stdout + p.stderr)
+
+
+def _rejected(who: str, arch: str, status: str, log: str) -> CompileError:
+    exe = find_ptxas()
+    hint = ""
+    if "Unsupported .version" in log or "not supported" in log:
+        hint = (f"\n{exe} (CUDA {ptxas_version(exe)}) is older than the PTX that LLVM emits: point MNEME_PTXAS "
+                "or CUDA_HOME at a newer toolkit, or set MNEME_ASSEMBLER=nvjitlink")
+    return CompileError(f"ptxas ({who}) rejected the PTX for {arch} ({status}):\n{log.strip()}{hint}")
 
 
 _ENTRY = re.compile(r"^ptxas info\s*: (?:Compiling entry function '([^']+)'|Function properties for (\S+))")
@@ -202,14 +216,15 @@ _BANK = re.compile(r"^\.nv\.constant(\d+)(?:\.(.+))?$")
 def constant_banks(cubin: bytes) -> Dict[Tuple[int, str], int]:
     """(bank, kernel or '' for the module) -> bytes, from the cubin's `.nv.constant<bank>[.<kernel>]` sections:
     bank 0 of a kernel is its parameters, bank 3 of the module the __constant__ variables."""
-    from elftools.elf.elffile import ELFFile
+    from mneme.ir.cubinelf import sections
 
     out: Dict[Tuple[int, str], int] = {}
     try:
-        for sec in ELFFile(io.BytesIO(cubin)).iter_sections():
-            m = _BANK.match(sec.name)
-            if m:
-                out[(int(m.group(1)), m.group(2) or "")] = sec.data_size
-    except Exception:  # noqa: BLE001 - a cubin we cannot read only loses these numbers
+        secs = sections(cubin)
+    except ValueError:  # a cubin we cannot read only loses these numbers
         return {}
+    for sec in secs:
+        m = _BANK.match(sec.name)
+        if m:
+            out[(int(m.group(1)), m.group(2) or "")] = sec.size
     return out
