@@ -10,6 +10,7 @@
 #include "state.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,7 +391,8 @@ static void maybe_flush(void) {
 /* ---------------------------------------------------------------------------------------------- */
 /* recording one instance                                                                         */
 
-typedef struct blob { uint64_t addr, size; uint32_t space; uint8_t *before; } blob;
+/* sum: the prologue's checksum of `before`, valid once sum_ready (set by the thread writing the prologue) */
+typedef struct blob { uint64_t addr, size; uint32_t space; uint8_t *before; uint64_t sum; int sum_ready; } blob;
 typedef struct varsnap { mn_gvar *v; uint8_t *data; uint32_t nrelocs; mn_reloc *relocs; } varsnap;
 
 typedef struct snapshot_set {
@@ -415,7 +417,7 @@ static void set_free(snapshot_set *s) {
 
 /* The recorder's own time per recorded instance, by what it was spent on (logged with the instance). */
 static struct { uint64_t copy, copy_bytes; } T;
-typedef struct rec_time { uint64_t copy, copy_bytes, diff, write, retime, total; } rec_time;
+typedef struct rec_time { uint64_t copy, copy_bytes, diff, write, retime, hidden, other, total; } rec_time;
 
 static int read_blob(const blob *b, uint8_t *dst) {
   uint64_t t0 = mn_precise_ns();
@@ -547,13 +549,19 @@ static const char *basename_of(const char *p) {
   return s ? s + 1 : p;
 }
 
-static int write_prologue(const char *path, const mn_kernel *k, const snapshot_set *s, const argscan *a,
+static int write_prologue(const char *path, const mn_kernel *k, snapshot_set *s, const argscan *a,
                           const mn_texset *tx, uint64_t *bytes) {
   mn_writer *w = mn_writer_open(path, MN_PROLOGUE);
   if (!w) return -1;
   int rc = 0;
-  for (size_t i = 0; !rc && i < s->nblobs; i++)
-    rc = mn_writer_blob(w, s->blobs[i].addr, s->blobs[i].size, s->blobs[i].space, s->blobs[i].before);
+  for (size_t i = 0; !rc && i < s->nblobs; i++) {
+    blob *b = &s->blobs[i];
+    rc = mn_writer_blob(w, b->addr, b->size, b->space, b->before);
+    if (!rc) {
+      b->sum = mn_writer_last_checksum(w);
+      __atomic_store_n(&b->sum_ready, 1, __ATOMIC_RELEASE);
+    }
+  }
   for (size_t i = 0; !rc && i < s->nvars; i++) {
     const varsnap *v = &s->vars[i];
     rc = mn_writer_var(w, v->v->name, v->v->addr, v->v->size, (uint32_t)v->v->is_const, v->data, v->nrelocs, v->relocs);
@@ -581,7 +589,11 @@ static int write_epilogue(const char *path, const snapshot_set *s, const mn_texs
   for (size_t i = 0; !rc && i < s->nblobs; i++) {
     const blob *b = &s->blobs[i];
     rc = read_blob(b, after);
-    if (!rc)
+    /* an unchanged blob reuses the prologue's checksum when the prologue got that far already */
+    if (!rc && __atomic_load_n(&b->sum_ready, __ATOMIC_ACQUIRE))
+      rc = mn_writer_blob_epilogue_sum(w, b->addr, b->size, b->space, b->before, b->sum, after,
+                                       R.cfg.epilogue_format, MN_MERGE_GAP);
+    else if (!rc)
       rc = mn_writer_blob_epilogue(w, b->addr, b->size, b->space, b->before, after, R.cfg.epilogue_format, MN_MERGE_GAP);
   }
   mn_snap_free(after);
@@ -599,6 +611,48 @@ static int write_epilogue(const char *path, const snapshot_set *s, const mn_texs
   }
   *bytes = mn_writer_bytes(w);
   return mn_writer_close(w);
+}
+
+/* ---- the prologue, written on a thread of its own while the app thread goes on with the timing runs,
+ * the recorded launch and the epilogue (which only read the prologue's buffers). record() joins it
+ * before it returns, so no snapshot work outlives the instance: every exit and crash path sees the
+ * same files as without the thread (complete ones, or a torn one that no instance event names and
+ * that reads as truncated). The thread blocks the asynchronous signals, which stay the app's. */
+
+typedef struct pro_job {
+  const char *path;
+  const mn_kernel *k;
+  snapshot_set *s;
+  const argscan *a;
+  const mn_texset *tx;
+  uint64_t bytes, io_ns, wall_ns;
+  int rc;
+  char err[1024];
+} pro_job;
+
+static void run_pro_job(pro_job *j) {
+  uint64_t t0 = mn_precise_ns(), io0 = mn_snapshot_io_ns();
+  j->rc = write_prologue(j->path, j->k, j->s, j->a, j->tx, &j->bytes);
+  if (j->rc) snprintf(j->err, sizeof j->err, "%s", mn_last_error());
+  j->io_ns = mn_snapshot_io_ns() - io0; /* per thread: this thread's writes */
+  j->wall_ns = mn_precise_ns() - t0;
+}
+
+static void *pro_thread(void *p) {
+  run_pro_job((pro_job *)p);
+  return NULL;
+}
+
+/* 1 when the thread runs; 0: nothing started (the caller writes the prologue itself). */
+static int start_pro_job(pro_job *j, pthread_t *t) {
+  sigset_t all, old;
+  sigfillset(&all);
+  static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&all, faults[i]);
+  if (pthread_sigmask(SIG_SETMASK, &all, &old) != 0) return 0;
+  int ok = pthread_create(t, NULL, pro_thread, j) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return ok;
 }
 
 static void mask_ranges(const uint8_t *mask, uint32_t n, uint64_t *off, uint64_t *len, size_t *count, size_t cap) {
@@ -679,12 +733,16 @@ static void log_instance(const mn_launch *L, const mn_kernel *k, const mn_inst *
     mn_line_u64(&l, "pro_bytes", pro_bytes);
     mn_line_u64(&l, "epi_bytes", epi_bytes);
     /* the recorder's own time for this instance (ns): copies from the device (and their bytes),
-     * checksums/diffs/encoding, disk writes, timing reruns, and all of record() */
+     * checksums/diffs/encoding and disk writes (work on both threads), timing reruns, the prologue work
+     * hidden under the launch and epilogue, the rest, and all of record(): copy + diff + write + retime
+     * + other + the kernel - hidden = record */
     mn_line_u64(&l, "t_copy", rt->copy);
     mn_line_u64(&l, "copy_bytes", rt->copy_bytes);
     mn_line_u64(&l, "t_diff", rt->diff);
     mn_line_u64(&l, "t_write", rt->write);
     mn_line_u64(&l, "t_retime", rt->retime);
+    mn_line_u64(&l, "t_hidden", rt->hidden);
+    mn_line_u64(&l, "t_other", rt->other);
     mn_line_u64(&l, "t_record", rt->total);
     log_limits(&l);
     mn_log_event(&l);
@@ -793,7 +851,7 @@ static uint32_t retime(const mn_launch *L, mn_kernel *k, const snapshot_set *s, 
 /* Records a new instance: synchronize, prologue, timed launch, synchronize, epilogue. Returns the
  * launch's result; on a recording failure the launch still happens exactly once. */
 static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const argscan *a) {
-  uint64_t t_start = mn_precise_ns(), io0 = mn_snapshot_io_ns();
+  uint64_t t_start = mn_precise_ns();
   memset(&T, 0, sizeof T);
   CUresult sync = D.ctxSynchronize();
   if (sync != CUDA_SUCCESS) {
@@ -803,7 +861,7 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
   mn_drain_deferred_frees();
   snapshot_set s;
   memset(&s, 0, sizeof s);
-  char pro[4352], epi[4352], why[5120];
+  char pro[4352], epi[4352], why[4352 + 1152];
   snap_path(pro, sizeof pro, inst, "prologue");
   snap_path(epi, sizeof epi, inst, "epilogue");
   uint64_t pro_bytes = 0, epi_bytes = 0;
@@ -817,8 +875,15 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
     mn_kernel_skip(k, MN_SKIP_FAILED);
     return fire(L);
   }
-  if (write_prologue(pro, k, &s, a, &tx, &pro_bytes)) {
-    snprintf(why, sizeof why, "%s: %s", pro, mn_last_error());
+  pro_job pj;
+  memset(&pj, 0, sizeof pj);
+  pj.path = pro, pj.k = k, pj.s = &s, pj.a = a, pj.tx = &tx;
+  pthread_t pt;
+  /* texture arrays are reread after the launch (mn_tex_reread): their prologue is written first */
+  int threaded = R.cfg.snapshot_thread && !a->ntex && start_pro_job(&pj, &pt);
+  if (!threaded) run_pro_job(&pj);
+  if (!threaded && pj.rc) {
+    snprintf(why, sizeof why, "%s: %s", pro, pj.err);
     unlink(pro);
     mn_tex_free(&tx);
     set_free(&s);
@@ -843,6 +908,7 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
   held_launch(L, &r, &after, &t_ns);
   if (t_ns) k->last_run_ns = t_ns;
   if (after != CUDA_SUCCESS) {
+    if (threaded) pthread_join(pt, NULL);
     snprintf(why, sizeof why, "%s: %s", k->name, mn_cu_err(after));
     mn_error(r != CUDA_SUCCESS ? "the recorded launch failed" : "the recorded kernel failed", why);
     unlink(pro);
@@ -852,26 +918,42 @@ static CUresult record(const mn_launch *L, mn_kernel *k, mn_inst *inst, const ar
     return r;
   }
   if (!tx.why[0] && mn_tex_reread(&tx)) mn_tex_free(&tx); /* the prologue has the objects: reported by tex_why */
-  if (write_epilogue(epi, &s, &tx, &epi_bytes)) {
-    snprintf(why, sizeof why, "%s: %s", epi, mn_last_error());
+  uint64_t t_epi = mn_precise_ns(), io_epi = mn_snapshot_io_ns(), copy_epi = T.copy;
+  int epi_rc = write_epilogue(epi, &s, &tx, &epi_bytes);
+  if (epi_rc) snprintf(why, sizeof why, "%s: %s", epi, mn_last_error());
+  io_epi = mn_snapshot_io_ns() - io_epi;
+  copy_epi = T.copy - copy_epi;
+  t_epi = mn_precise_ns() - t_epi;
+  uint64_t t_join = mn_precise_ns();
+  if (threaded) pthread_join(pt, NULL);
+  t_join = mn_precise_ns() - t_join;
+  pro_bytes = pj.bytes;
+  if (pj.rc || epi_rc) {
+    if (pj.rc) snprintf(why, sizeof why, "%s: %s", pro, pj.err);
     unlink(pro);
     unlink(epi);
     mn_tex_free(&tx);
     set_free(&s);
     R.incomplete = 1;
-    mn_error("cannot write an epilogue; no further instances are recorded", why);
+    mn_error(pj.rc ? "cannot write a prologue; no further instances are recorded"
+                   : "cannot write an epilogue; no further instances are recorded", why);
     mn_kernel_skip(k, MN_SKIP_FAILED);
     return r;
   }
   rec_time rt;
   rt.copy = T.copy;
   rt.copy_bytes = T.copy_bytes;
-  rt.write = mn_snapshot_io_ns() - io0;
+  /* work on both threads: disk writes, and checksums/diffs/encoding (the writers' time outside write) */
+  rt.write = pj.io_ns + io_epi;
+  rt.diff = (pj.wall_ns - pj.io_ns) + (t_epi > io_epi + copy_epi ? t_epi - io_epi - copy_epi : 0);
+  /* the prologue's share that ran under the timing runs, the launch and the epilogue */
+  rt.hidden = threaded && pj.wall_ns > t_join ? pj.wall_ns - t_join : 0;
   rt.retime = t_rt;
   rt.total = mn_precise_ns() - t_start;
-  /* the rest of the snapshot work: checksums, diffs, encoding, synchronizing (not the kernel itself) */
-  uint64_t known = rt.retime + rt.copy + rt.write + t_ns;
-  rt.diff = rt.total > known ? rt.total - known : 0;
+  /* the rest: synchronizing, pinned allocations, variables, textures (not the kernel itself) */
+  uint64_t known = rt.retime + rt.copy + rt.write + rt.diff + t_ns;
+  known = known > rt.hidden ? known - rt.hidden : 0;
+  rt.other = rt.total > known ? rt.total - known : 0;
   inst->recorded = 1;
   inst->count = 1;
   inst->flushed_count = 1;

@@ -16,6 +16,10 @@
  *   MNEME_MAX_SAMPLES     in-app timing samples kept per instance
  *   MNEME_RETIME          extra timed runs of each new instance, at most (default 10)
  *   MNEME_RETIME_BUDGET_US and at most this much wall time per instance, in us (default 1000000; 0: no bound)
+ *   MNEME_SNAPSHOT_FSYNC  1: fsync every snapshot file (default 0: a file survives a crash of the app, not of
+ *                         the machine; one cut short reads as truncated and is refused)
+ *   MNEME_SNAPSHOT_THREAD 0: write the prologue on the launching thread (default 1: on a thread of its own,
+ *                         while the kernel's timing runs, its launch and the epilogue go on)
  */
 #include "state.h"
 
@@ -256,6 +260,8 @@ static void init_once(void) {
   c->retime = (uint32_t)env_u64("MNEME_RETIME", 10);
   c->retime_budget_ns = env_u64("MNEME_RETIME_BUDGET_US", 1000000) * 1000ull;
   c->snap_pool_bytes = env_u64("MNEME_SNAP_POOL", 2ull << 30);
+  c->snapshot_thread = env_u64("MNEME_SNAPSHOT_THREAD", 1) != 0;
+  mn_snapshot_set_fsync(env_u64("MNEME_SNAPSHOT_FSYNC", 0) != 0);
   char fmt[16];
   env_str("MNEME_EPILOGUE_FORMAT", fmt, sizeof fmt, "diff");
   c->epilogue_format = strcmp(fmt, "bytes") == 0 ? 1 : strcmp(fmt, "best") == 0 ? 2 : 0;

@@ -157,6 +157,7 @@ typedef struct mn_config {
   uint32_t max_samples;
   uint32_t retime;            /* extra timed launches of a new instance, at most (MNEME_RETIME) */
   uint64_t retime_budget_ns;  /* and at most this long per instance (MNEME_RETIME_BUDGET_US; 0: no bound) */
+  int snapshot_thread;        /* the prologue is written on a thread of its own (MNEME_SNAPSHOT_THREAD) */
   uint64_t snap_pool_bytes;   /* pinned host memory kept for snapshot buffers across instances (MNEME_SNAP_POOL) */
   int have_regex;
   regex_t regex;
