@@ -107,8 +107,9 @@ class RecordOutcome:
         return (f"recorder time {s('record_ns'):.3f} s for {self.recorded_instances} instance(s): "
                 f"copy {s('copy_ns'):.3f} s{rate}, hash/diff {s('diff_ns'):.3f} s, write {s('write_ns'):.3f} s, "
                 f"retime {s('retime_ns'):.3f} s" + (f", other {s('other_ns'):.3f} s" if "other_ns" in t else "")
-                + (f", hidden {s('hidden_ns'):.3f} s (prologue hash/write on its thread, under the launches)"
-                   if t.get("hidden_ns") else ""))
+                + (f", hidden {s('hidden_ns'):.3f} s (prologue hash/write on its thread, not waited for)"
+                   if t.get("hidden_ns") else "")
+                + (f", waited {s('wait_ns'):.3f} s" if t.get("wait_ns") else ""))
 
     @property
     def kernels_without_ir(self) -> List[str]:

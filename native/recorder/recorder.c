@@ -19,7 +19,7 @@
  *   MNEME_SNAPSHOT_FSYNC  1: fsync every snapshot file (default 0: a file survives a crash of the app, not of
  *                         the machine; one cut short reads as truncated and is refused)
  *   MNEME_SNAPSHOT_THREAD 0: write the prologue on the launching thread (default 1: on a thread of its own,
- *                         while the kernel's timing runs, its launch and the epilogue go on)
+ *                         while the kernel's timing runs, its launch, the epilogue and the app go on)
  */
 #include "state.h"
 
@@ -804,6 +804,7 @@ static void write_kstats(void) {
 }
 
 void mn_flush(int resolve_events, int wait) {
+  mn_record_settle(wait);
   if (resolve_events) mn_resolve_pending(wait);
   mn_emit_occurrences(0);
   write_kstats();
@@ -833,6 +834,7 @@ static void flush_at_exit(const char *how) {
      * events are gone, and what context_going() resolved is all there is */
     CUdevice d;
     int alive = D.ctxGetDevice && D.ctxGetDevice(&d) == CUDA_SUCCESS;
+    mn_record_settle(1); /* the last prologue (no CUDA: host buffers and files only) */
     mn_flush(alive, alive);
     if (R.provenance_written) write_objects();
     mn_memory_at_exit();
@@ -856,6 +858,7 @@ __attribute__((destructor)) static void at_unload(void) {
   if (pthread_mutex_trylock(&R.mu) != 0) return;
   if (!R.exited) {
     R.exited = 1;
+    mn_record_settle(1);
     mn_emit_occurrences(0);
     write_kstats();
     write_exit_event("unload", 0, linebuf, sizeof linebuf);
@@ -867,7 +870,9 @@ static void on_fatal_signal(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   if (R.active && !R.exited && !in_signal) {
     in_signal = 1;
-    /* No locks and no CUDA here: counts written so far plus the current ones, from static memory. */
+    /* No locks and no CUDA here: a prologue still being written is waited for (its instance event
+     * first), then the counts written so far plus the current ones, from static memory. */
+    mn_record_settle_signal();
     mn_emit_occurrences(1);
     write_exit_event("signal", sig, sigbuf, sizeof sigbuf);
     in_signal = 0;
