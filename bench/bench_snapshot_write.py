@@ -19,7 +19,8 @@ or 100 % (an output). Three writers are compared in the same process on the same
 `instance s` is what the app waits for: prologue + epilogue, or the wall time of both together on
 two threads.
 
-For each file: wall time, the part inside write/fsync/close (mn_snapshot_io_ns: `write` in the
+Each file starts from a clean page cache (os.sync() before it, not timed), so a writer without
+fsync is not charged the writeback of the rows before it. For each file: wall time, the part inside write/fsync/close (mn_snapshot_io_ns: `write` in the
 recorder's split) and the rest (checksums, diff, encoding: `hash/diff`). Bytes hashed per file are
 counted from the code paths (the prologue hashes every blob twice: its content checksum and the record
 checksum over the same bytes; the epilogue hashes the blob's new contents for its content checksum,
@@ -101,8 +102,10 @@ class Writer:
         if rc:
             raise RuntimeError(self.ffi.string(self.lib.mn_last_error()).decode())
 
-    def prologue(self, path: Path, data: np.ndarray) -> Dict[str, float]:
+    def prologue(self, path: Path, data: np.ndarray, sync: bool = True) -> Dict[str, float]:
         lib, ffi = self.lib, self.ffi
+        if sync:
+            os.sync()  # every file starts from a clean page cache: no writeback left over from the row before
         io0, t0 = lib.mn_snapshot_io_ns(), time.perf_counter()
         w = lib.mn_writer_open(os.fsencode(path), PRO)
         if w == ffi.NULL:
@@ -112,8 +115,10 @@ class Writer:
         self._check(lib.mn_writer_close(w))
         return {"s": time.perf_counter() - t0, "io": (lib.mn_snapshot_io_ns() - io0) / 1e9}
 
-    def epilogue(self, path: Path, before: np.ndarray, after: np.ndarray) -> Dict[str, float]:
+    def epilogue(self, path: Path, before: np.ndarray, after: np.ndarray, sync: bool = True) -> Dict[str, float]:
         lib, ffi = self.lib, self.ffi
+        if sync:
+            os.sync()
         io0, t0 = lib.mn_snapshot_io_ns(), time.perf_counter()
         w = lib.mn_writer_open(os.fsencode(path), EPI)
         if w == ffi.NULL:
@@ -165,10 +170,11 @@ def both_at_once(w: Writer, tmp: Path, before: np.ndarray, after: np.ndarray, re
     for _ in range(reps):
         got: Dict[str, Dict[str, float]] = {}
         w.sum = None
-        t = threading.Thread(target=lambda: got.__setitem__("p", w.prologue(tmp / "t.prologue", before)))
+        os.sync()
+        t = threading.Thread(target=lambda: got.__setitem__("p", w.prologue(tmp / "t.prologue", before, sync=False)))
         t0 = time.perf_counter()
         t.start()
-        e = w.epilogue(tmp / "t.epilogue", before, after)
+        e = w.epilogue(tmp / "t.epilogue", before, after, sync=False)
         t.join()
         wall = time.perf_counter() - t0
         p = got["p"]
