@@ -139,7 +139,8 @@ def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Opti
     env["MNEME_HOST_BYTES"] = str(int(settings.pinned_size_gib * GIB))
     env["MNEME_EPILOGUE_FORMAT"] = settings.epilogue_format
     env["MNEME_RETIME"] = str(settings.retime)
-    env["MNEME_SNAPSHOT_FSYNC"] = "1" if settings.snapshot_fsync else "0"
+    # --snapshot-fsync, or MNEME_SNAPSHOT_FSYNC=1 in mneme record's own environment (a campaign's switch)
+    env["MNEME_SNAPSHOT_FSYNC"] = "1" if settings.snapshot_fsync or env.get("MNEME_SNAPSHOT_FSYNC") == "1" else "0"
     budget = settings.retime_budget_s
     env["MNEME_RETIME_BUDGET_US"] = str(max(1, int(round(budget * 1e6))) if budget > 0 else 0)
     if settings.kernels:
