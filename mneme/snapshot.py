@@ -485,14 +485,27 @@ class Writer:
         self._check(_native()[1].mn_writer_blob(self._w(), addr, n, int(space), ptr))
 
     def blob_epilogue(self, addr: int, after: Any, before: Any = None, space: Union[Space, int] = Space.DEVICE,
-                      format: Union[str, int] = "diff", merge_gap: int = MERGE_GAP) -> None:
-        """The blob after the kernel ran, stored per `format` against `before` (its prologue bytes)."""
+                      format: Union[str, int] = "diff", merge_gap: int = MERGE_GAP,
+                      before_checksum: Optional[int] = None) -> None:
+        """The blob after the kernel ran, stored per `format` against `before` (its prologue bytes).
+        `before_checksum` (the prologue's checksum of `before`, `last_checksum`) spares hashing a
+        blob that did not change."""
         a, n = _bytes_arg(after)
         b, nb = _bytes_arg(before)
         if before is not None and nb != n:
             raise ValueError(f"blob 0x{addr:x}: before is {nb} bytes, after {n}")
         fmt = _code(EPILOGUE_FORMATS, format, "epilogue format")
-        self._check(_native()[1].mn_writer_blob_epilogue(self._w(), addr, n, int(space), b, a, fmt, merge_gap))
+        lib = _native()[1]
+        if before_checksum is None:
+            self._check(lib.mn_writer_blob_epilogue(self._w(), addr, n, int(space), b, a, fmt, merge_gap))
+        else:
+            self._check(lib.mn_writer_blob_epilogue_sum(self._w(), addr, n, int(space), b, before_checksum, a, fmt,
+                                                        merge_gap))
+
+    @property
+    def last_checksum(self) -> int:
+        """The content checksum of the blob the last blob/blob_epilogue call wrote."""
+        return int(_native()[1].mn_writer_last_checksum(self._w()))
 
     def variable(self, name: str, addr: int, data: Any, is_const: bool = False,
                  relocs: Iterable[Union[Reloc, Tuple[int, Optional[str], int]]] = ()) -> None:

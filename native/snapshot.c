@@ -254,6 +254,35 @@ static inline int rv_word(rangevec *v, uint64_t o, uint64_t x) {
   return 0;
 }
 
+#define DIFF_BLOCK 4096u
+
+/* The differing words and bytes of [i, n) into v. */
+static int diff_words(rangevec *v, const uint8_t *a, const uint8_t *b, uint64_t i, uint64_t n) {
+  int rc = 0;
+  for (; i + 32 <= n && !rc; i += 32) {
+    uint64_t x0 = ld64(a + i) ^ ld64(b + i), x1 = ld64(a + i + 8) ^ ld64(b + i + 8);
+    uint64_t x2 = ld64(a + i + 16) ^ ld64(b + i + 16), x3 = ld64(a + i + 24) ^ ld64(b + i + 24);
+    if (!(x0 | x1 | x2 | x3)) continue;
+    /* inside a changed region: 32 bytes that all differ extend the open range at once */
+    if (v->have && v->e == i && !has_zero_byte(x0) && !has_zero_byte(x1) && !has_zero_byte(x2) &&
+        !has_zero_byte(x3)) {
+      v->e = i + 32;
+      continue;
+    }
+    if (x0 && !rc) rc = rv_word(v, i, x0);
+    if (x1 && !rc) rc = rv_word(v, i + 8, x1);
+    if (x2 && !rc) rc = rv_word(v, i + 16, x2);
+    if (x3 && !rc) rc = rv_word(v, i + 24, x3);
+  }
+  for (; i + 8 <= n && !rc; i += 8) {
+    uint64_t x = ld64(a + i) ^ ld64(b + i);
+    if (x) rc = rv_word(v, i, x);
+  }
+  for (; i < n && !rc; i++)
+    if (a[i] != b[i]) rc = rv_seg(v, i, i + 1);
+  return rc;
+}
+
 /* Returns the count, -1 on allocation failure, -2 when the limits were exceeded. */
 static int64_t diff_ranges(const uint8_t *a, const uint8_t *b, uint64_t n, uint64_t merge_gap,
                            uint64_t max_payload, uint64_t max_ranges, mn_range **out) {
@@ -264,21 +293,13 @@ static int64_t diff_ranges(const uint8_t *a, const uint8_t *b, uint64_t n, uint6
   *out = NULL;
   int rc = 0;
   uint64_t i = 0;
-  for (; i + 32 <= n && !rc; i += 32) {
-    uint64_t x0 = ld64(a + i) ^ ld64(b + i), x1 = ld64(a + i + 8) ^ ld64(b + i + 8);
-    uint64_t x2 = ld64(a + i + 16) ^ ld64(b + i + 16), x3 = ld64(a + i + 24) ^ ld64(b + i + 24);
-    if (!(x0 | x1 | x2 | x3)) continue;
-    if (x0 && !rc) rc = rv_word(&v, i, x0);
-    if (x1 && !rc) rc = rv_word(&v, i + 8, x1);
-    if (x2 && !rc) rc = rv_word(&v, i + 16, x2);
-    if (x3 && !rc) rc = rv_word(&v, i + 24, x3);
+  /* Equal blocks (most of a buffer the kernel only read) are skipped at memcmp speed; only a block
+   * that differs is scanned word by word. Ranges merge by offset, so skipping cannot change them. */
+  for (; i + DIFF_BLOCK <= n && !rc; i += DIFF_BLOCK) {
+    if (memcmp(a + i, b + i, DIFF_BLOCK) == 0) continue;
+    rc = diff_words(&v, a, b, i, i + DIFF_BLOCK);
   }
-  for (; i + 8 <= n && !rc; i += 8) {
-    uint64_t x = ld64(a + i) ^ ld64(b + i);
-    if (x) rc = rv_word(&v, i, x);
-  }
-  for (; i < n && !rc; i++)
-    if (a[i] != b[i]) rc = rv_seg(&v, i, i + 1);
+  if (!rc) rc = diff_words(&v, a, b, i, n);
   if (!rc && v.have) rc = rv_push(&v);
   if (rc) {
     free(v.r);
@@ -316,6 +337,7 @@ struct mn_writer {
   uint64_t header_sum;
   uint64_t rec_off, rec_len, rec_done;
   uint32_t rec_tag;
+  uint64_t last_sum; /* content checksum of the last blob written */
   xstate xs;
   char err[1024]; /* the first error, repeated by every later call */
 };
@@ -355,6 +377,11 @@ static uint64_t mono_ns(void) {
 }
 
 uint64_t mn_snapshot_io_ns(void) { return g_io_ns; }
+
+/* Whether mn_writer_close fsyncs (default yes); process-wide. */
+static int g_fsync = 1;
+
+void mn_snapshot_set_fsync(int on) { __atomic_store_n(&g_fsync, on ? 1 : 0, __ATOMIC_RELAXED); }
 
 static int w_write_all(mn_writer *w, const uint8_t *p, size_t n) {
   uint64_t t0 = mono_ns();
@@ -509,19 +536,22 @@ static int check_blob_args(mn_writer *w, const char *fn, uint64_t addr, uint64_t
 
 int mn_writer_blob(mn_writer *w, uint64_t addr, uint64_t size, uint32_t space, const void *data) {
   if (check_blob_args(w, "mn_writer_blob", addr, size, space, data)) return -1;
-  uint64_t sum = mn_checksum(data, size, 0);
-  return blob_record(w, addr, size, space, MN_ENC_BYTES, sum, NULL, 0, (const uint8_t *)data);
+  w->last_sum = mn_checksum(data, size, 0);
+  return blob_record(w, addr, size, space, MN_ENC_BYTES, w->last_sum, NULL, 0, (const uint8_t *)data);
 }
 
-int mn_writer_blob_epilogue(mn_writer *w, uint64_t addr, uint64_t size, uint32_t space, const void *before,
-                            const void *after, int format, uint64_t merge_gap) {
+uint64_t mn_writer_last_checksum(const mn_writer *w) { return w ? w->last_sum : 0; }
+
+/* before_sum (NULL: unknown) is mn_checksum of `before`: a blob without differences has that checksum,
+ * so it is not hashed again. */
+static int blob_epilogue(mn_writer *w, uint64_t addr, uint64_t size, uint32_t space, const void *before,
+                         const uint64_t *before_sum, const void *after, int format, uint64_t merge_gap) {
   if (check_blob_args(w, "mn_writer_blob_epilogue", addr, size, space, after)) return -1;
   if (w->kind != MN_EPILOGUE)
     return set_err("%s: mn_writer_blob_epilogue: a prologue stores blobs in full (use mn_writer_blob)", w->path);
   if (format < MN_EPI_DIFF || format > MN_EPI_BEST)
     return set_err("%s: mn_writer_blob_epilogue: unknown format %d (0 = diff, 1 = bytes, 2 = best)", w->path,
                    format);
-  uint64_t sum = mn_checksum(after, size, 0);
   mn_range *ranges = NULL;
   int64_t n = -2;
   if (before && format != MN_EPI_BYTES) {
@@ -531,10 +561,22 @@ int mn_writer_blob_epilogue(mn_writer *w, uint64_t addr, uint64_t size, uint32_t
     if (n == -1)
       return set_err("%s: out of memory diffing blob 0x%" PRIx64 " (%" PRIu64 " bytes)", w->path, addr, size);
   }
+  uint64_t sum = n == 0 && before_sum ? *before_sum : mn_checksum(after, size, 0);
+  w->last_sum = sum;
   int rc = n >= 0 ? blob_record(w, addr, size, space, MN_ENC_DIFF, sum, ranges, (uint32_t)n, (const uint8_t *)after)
                   : blob_record(w, addr, size, space, MN_ENC_BYTES, sum, NULL, 0, (const uint8_t *)after);
   free(ranges);
   return rc;
+}
+
+int mn_writer_blob_epilogue(mn_writer *w, uint64_t addr, uint64_t size, uint32_t space, const void *before,
+                            const void *after, int format, uint64_t merge_gap) {
+  return blob_epilogue(w, addr, size, space, before, NULL, after, format, merge_gap);
+}
+
+int mn_writer_blob_epilogue_sum(mn_writer *w, uint64_t addr, uint64_t size, uint32_t space, const void *before,
+                                uint64_t before_sum, const void *after, int format, uint64_t merge_gap) {
+  return blob_epilogue(w, addr, size, space, before, &before_sum, after, format, merge_gap);
 }
 
 int mn_writer_var(mn_writer *w, const char *name, uint64_t addr, uint64_t size, uint32_t is_const,
@@ -728,7 +770,7 @@ int mn_writer_close(mn_writer *w) {
     rc = rec_begin(w, TAG_END, sizeof e) || rec_put(w, e, sizeof e) || rec_end(w) || w_flush(w) ? -1 : 0;
   }
   uint64_t t0 = mono_ns();
-  if (!rc && fsync(w->fd) != 0)
+  if (!rc && __atomic_load_n(&g_fsync, __ATOMIC_RELAXED) && fsync(w->fd) != 0)
     rc = w_fail(w, "%s: fsync of the snapshot failed: %s", w->path, strerror(errno));
   if (!rc && close(w->fd) != 0)
     rc = w_fail(w, "%s: closing the snapshot failed: %s", w->path, strerror(errno));

@@ -181,6 +181,13 @@ int mn_writer_blob(mn_writer *w, uint64_t addr, uint64_t size, uint32_t space, c
  * than 2^32-1 ranges is written as BYTES. Only an EPILOGUE writer accepts this call. */
 int mn_writer_blob_epilogue(mn_writer *w, uint64_t addr, uint64_t size, uint32_t space,
                             const void *before, const void *after, int format, uint64_t merge_gap);
+/* The same, given mn_checksum(before) (the prologue's checksum of the blob, mn_writer_last_checksum):
+ * a blob the kernel did not change is then not hashed again. A wrong before_sum makes the epilogue
+ * fail its checksum when applied (refused, never misread). */
+int mn_writer_blob_epilogue_sum(mn_writer *w, uint64_t addr, uint64_t size, uint32_t space, const void *before,
+                                uint64_t before_sum, const void *after, int format, uint64_t merge_gap);
+/* The content checksum (mn_checksum, seed 0) of the blob the last mn_writer_blob* call wrote. */
+uint64_t mn_writer_last_checksum(const mn_writer *w);
 int mn_writer_var(mn_writer *w, const char *name, uint64_t addr, uint64_t size, uint32_t is_const,
                   const void *data, uint32_t nrelocs, const mn_reloc *relocs);
 /* At most once per file; every offsets[i] + sizes[i] must lie inside `total`. */
@@ -199,7 +206,9 @@ uint64_t mn_array_bytes(const mn_array *a);
  * layer count of layered arrays and the 6 faces of cubemaps. */
 void mn_array_level_dims(const mn_array *a, uint32_t level, uint64_t dims[3]);
 const mn_array *mn_snapshot_find_array(const mn_snapshot *s, uint64_t handle);
-/* Writes the END record, flushes, fsyncs and closes; the file is complete only after this. */
+/* Writes the END record, flushes, fsyncs (unless mn_snapshot_set_fsync(0)) and closes; the file is
+ * complete only after this. Without fsync a file survives the process (a crash included) but not a
+ * crash of the machine: a file cut short there reads as truncated (refused), never as good. */
 int mn_writer_close(mn_writer *w);
 /* Closes without END (the file then reads as truncated); for error paths. */
 void mn_writer_abort(mn_writer *w);
@@ -208,6 +217,8 @@ uint64_t mn_writer_bytes(const mn_writer *w);
 /* Nanoseconds the calling thread's writers have spent in write, fsync and close so far (the disk's
  * share of writing a snapshot; the rest is checksums, diffs and encoding). */
 uint64_t mn_snapshot_io_ns(void);
+/* Whether mn_writer_close fsyncs each file (default 1); process-wide. */
+void mn_snapshot_set_fsync(int on);
 
 /* ---- reader ---- */
 mn_snapshot *mn_snapshot_read(const char *path);     /* NULL on error, see mn_last_error() */

@@ -19,6 +19,15 @@ def cc(*args: str) -> None:
     assert p.returncode == 0, p.stderr
 
 
+def build_standin(d: Path, data: Path, app: str) -> Path:
+    """A stand-in driver (data/fake_libcuda.c as d/fake/libcuda.so.1) and the app that talks to it
+    (data/<app>.c as d/<app>); returns d."""
+    (d / "fake").mkdir()
+    cc("-fPIC", "-shared", "-o", str(d / "fake" / "libcuda.so.1"), str(data / "fake_libcuda.c"))
+    cc("-o", str(d / app), str(data / f"{app}.c"), "-ldl")
+    return d
+
+
 def run_mneme(*args, check=True, **kw) -> subprocess.CompletedProcess:
     """Run the `mneme` CLI in a subprocess, as a user would."""
     kw.setdefault("capture_output", True)

@@ -64,6 +64,12 @@ def test_record_settings_map_onto_the_recorder_environment(tmp_path):
     assert env["MNEME_EPILOGUE_FORMAT"] == "best" and env["MNEME_RECORD_RANKS"] == "0,2"
     assert env["MNEME_KERNEL_TABLE"] == str(tmp_path / "k.tsv")
     assert (env["MNEME_RETIME"], env["MNEME_RETIME_BUDGET_US"]) == ("10", "1000000"), "10 reruns or 1 s, whichever first"
+    assert env["MNEME_SNAPSHOT_FSYNC"] == "0", "snapshot files are not fsynced unless asked"
+    s.snapshot_fsync = True
+    assert recorder_env(s, Path("/x.so"), tmp_path, None)["MNEME_SNAPSHOT_FSYNC"] == "1"
+    s.snapshot_fsync = False
+    assert recorder_env(s, Path("/x.so"), tmp_path, None, base={"MNEME_SNAPSHOT_FSYNC": "1"})["MNEME_SNAPSHOT_FSYNC"] == "1"
+    assert recorder_env(s, Path("/x.so"), tmp_path, None, base={"MNEME_SNAPSHOT_FSYNC": "yes"})["MNEME_SNAPSHOT_FSYNC"] == "0"
     for seconds, us in ((0.25, "250000"), (1e-9, "1"), (0, "0")):  # a tiny budget is not "no bound"
         s.retime_budget_s = seconds
         assert recorder_env(s, Path("/x.so"), tmp_path, None)["MNEME_RETIME_BUDGET_US"] == us

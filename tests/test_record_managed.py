@@ -13,18 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mnemetest import cc
+from mnemetest import build_standin
 
 DATA = Path(__file__).resolve().parent / "data" / "managed"
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("managed")
-    (d / "fake").mkdir()
-    cc("-fPIC", "-shared", "-o", str(d / "fake" / "libcuda.so.1"), str(DATA / "fake_libcuda.c"))
-    cc("-o", str(d / "probe"), str(DATA / "probe.c"), "-ldl")
-    return d
+    return build_standin(tmp_path_factory.mktemp("managed"), DATA, "probe")
 
 
 def test_managed_ranges_are_tracked_until_freed_and_unplaceable_registrations_stay_foreign(built, tmp_path):

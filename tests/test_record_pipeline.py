@@ -369,14 +369,17 @@ def test_the_recorders_own_time_is_kept_per_instance_and_summed_for_the_run(app,
     a2, _, _ = scale_args(BASE, 512)
     spent = [dict(t_copy=2_000_000, copy_bytes=4_000_000, t_diff=500_000, t_write=1_000_000, t_retime=3_000_000,
                   t_record=7_000_000),
-             dict(t_copy=1_000_000, copy_bytes=1_000_000, t_diff=250_000, t_write=0, t_retime=0, t_record=1_500_000)]
+             dict(t_copy=1_000_000, copy_bytes=1_000_000, t_diff=250_000, t_write=0, t_retime=0, t_record=1_500_000,
+                  t_other=1_000_000, t_hidden=2_000_000, t_wait=3_000_000)]
     run.instance(SCALE, a1, params, masked, before, after, recorder_time=spent[0])
     run.instance(SCALE, a2, params, masked, before, after, grid=(2, 1, 1), recorder_time=spent[1])
     run.exit()
     out = postprocess(raw, dbdir, index=index)
     assert out.recorded_instances == 2 and out.recorder_time["copy_ns"] == 3_000_000
     assert out.recorder_time_line() == ("recorder time 0.009 s for 2 instance(s): copy 0.003 s (1.67 GB/s over "
-                                        "0.005 GB), hash/diff 0.001 s, write 0.001 s, retime 0.003 s")
+                                        "0.005 GB), hash/diff 0.001 s, write 0.001 s, retime 0.003 s, other 0.001 s, "
+                                        "hidden 0.002 s (prologue hash/write on its thread, not waited for), "
+                                        "waited 0.003 s")
     db = only_db(dbdir)
     kept = sorted(a["RecorderTime"]["record_ns"] for a in db.extra["InstanceAttributes"].values())
     assert kept == [1_500_000, 7_000_000]

@@ -254,3 +254,20 @@ def test_a_device_check_result_is_the_compare_report_placed_in_its_buffer():
     b = BufferResult.of(r.equal, rep, c.offset, check=c)
     assert not b and b.check is c and b.first_mismatch == 256 + 9 * 4 and b.max_abs_err == r.max_abs_err == 1.0
     assert "blob 0x1000 [256, +256): 1 f32 elements differ, first at offset 292" in str(b)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_diff_ranges_across_skipped_blocks_and_changed_runs_match_the_reference(seed):
+    """Equal 4 KiB blocks are skipped by memcmp and runs of changed words extend a range 32 bytes at a
+    time: ranges that cross block edges, merge across equal blocks, or hold equal bytes inside a changed
+    run (a zero byte of the XOR) come out as the byte-by-byte reference has them."""
+    rnd = random.Random(100 + seed)
+    n = rnd.choice([4096 * 5, 4096 * 5 + 13, 3 * 4096 - 1])
+    a = bytes(rnd.randrange(256) for _ in range(n))
+    b = bytearray(a)
+    for start, length in [(4096 - 5, 10), (2 * 4096 + 100, 4096 + 37), (n - 3, 3)]:
+        for k in range(start, min(n, start + length)):
+            b[k] = (b[k] + rnd.randrange(1, 256)) % 256
+    b[2 * 4096 + 900] = a[2 * 4096 + 900]  # one equal byte inside the long run
+    for gap in (0, 1, 8, 16, 5000, 9000):
+        assert diff_ranges(a, bytes(b), gap) == naive_diff(a, b, gap), (n, gap)

@@ -282,3 +282,46 @@ def test_close_without_views_frees_at_once(tmp_path):
     handle = s._handle
     s.close()
     assert not handle._free.alive
+
+
+def test_an_unchanged_blob_takes_the_prologues_checksum_and_a_changed_one_is_hashed(tmp_path):
+    rnd = random.Random(3)
+    before = bytes(rnd.randrange(256) for _ in range(70_000))
+    with Writer(tmp_path / "p.snap", PRO) as w:
+        w.blob(0x1000, before)
+        pro_sum = w.last_checksum
+    assert pro_sum == checksum(before)
+    after = bytearray(before)
+    after[12_345] ^= 1
+    with Writer(tmp_path / "e.snap", EPI) as w:
+        w.blob_epilogue(0x1000, before, before, before_checksum=pro_sum)
+        assert w.last_checksum == pro_sum
+        w.blob_epilogue(0x80000, bytes(after), before, before_checksum=pro_sum)  # changed: hashed again
+        assert w.last_checksum == checksum(after)
+    with Snapshot.read(tmp_path / "e.snap") as e:
+        assert [b.checksum for b in e.blobs] == [pro_sum, checksum(after)]
+        assert e.blobs[0].encoding == Encoding.DIFF and e.blobs[0].ranges == []
+
+
+def test_a_wrong_prologue_checksum_makes_the_epilogue_refused_never_misread(tmp_path):
+    before = bytes(range(256)) * 16
+    pro = write(tmp_path / "p.snap", PRO, lambda w: w.blob(0x1000, before))
+    epi = write(tmp_path / "e.snap", EPI,
+                lambda w: w.blob_epilogue(0x1000, before, before, before_checksum=checksum(before) ^ 1))
+    with Snapshot.read(epi) as e, Snapshot.read(pro) as p:
+        with pytest.raises(SnapshotError, match="checksum"):
+            e.apply(p)
+
+
+def test_files_written_without_fsync_are_complete_after_close(tmp_path):
+    from mneme.snapshot import _native
+
+    lib = _native()[1]
+    data = os.urandom(1 << 20)
+    try:
+        lib.mn_snapshot_set_fsync(0)
+        path = write(tmp_path / "p.snap", PRO, lambda w: w.blob(0x1000, data))
+    finally:
+        lib.mn_snapshot_set_fsync(1)
+    with Snapshot.read(path) as s:
+        assert bytes(s.blobs[0].contents) == data and s.blobs[0].checksum == checksum(data)

@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retime-budget", type=float, default=1.0, metavar="SECONDS",
                         help="and rerun it for at most this long (the first rerun always runs; a kernel whose last "
                              "recorded launch took longer is not rerun; 0: no bound; default 1)")
+    parser.add_argument("--snapshot-fsync", action="store_true",
+                        help="fsync every snapshot file, so a record survives a crash of the machine, not only of "
+                             "the app (slower: the app waits for the disk)")
     parser.add_argument("--keep-raw", action="store_true", help="keep the recorder's raw log next to the DB")
     parser.add_argument("--quiet", action="store_true", help="no progress while the app runs")
     parser.add_argument("app", nargs=argparse.REMAINDER, help="-- then the app and its arguments")
@@ -63,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         va_base=args.va_base,
         pinned_size_gib=args.pinned_size,
         keep_raw=args.keep_raw,
+        snapshot_fsync=args.snapshot_fsync,
     )
     rc, outcome = record(app, settings, out=sys.stderr, show_progress=not args.quiet)
     print(f"mneme record: {outcome.processes} process(es) recorded into {outcome.db_dir}")

@@ -108,7 +108,10 @@ class RecordOutcome:
         rate = f" ({copied / t['copy_ns']:.2f} GB/s over {copied / 1e9:.3f} GB)" if t.get("copy_ns") else ""
         return (f"recorder time {s('record_ns'):.3f} s for {self.recorded_instances} instance(s): "
                 f"copy {s('copy_ns'):.3f} s{rate}, hash/diff {s('diff_ns'):.3f} s, write {s('write_ns'):.3f} s, "
-                f"retime {s('retime_ns'):.3f} s")
+                f"retime {s('retime_ns'):.3f} s" + (f", other {s('other_ns'):.3f} s" if "other_ns" in t else "")
+                + (f", hidden {s('hidden_ns'):.3f} s (prologue hash/write on its thread, not waited for)"
+                   if t.get("hidden_ns") else "")
+                + (f", waited {s('wait_ns'):.3f} s" if t.get("wait_ns") else ""))
 
     def holds_line(self) -> Optional[str]:
         """What a broken timing hold means for the in-app times, or None when none broke."""

@@ -65,7 +65,8 @@ class SnapshottedRange:
 
 #: the recorder's time split per recorded instance: raw-log field -> name in the DB's InstanceAttributes
 RECORDER_TIME = {"t_copy": "copy_ns", "copy_bytes": "copy_bytes", "t_diff": "diff_ns", "t_write": "write_ns",
-                 "t_retime": "retime_ns", "t_record": "record_ns"}
+                 "t_retime": "retime_ns", "t_hidden": "hidden_ns", "t_other": "other_ns", "t_wait": "wait_ns",
+                 "t_record": "record_ns"}
 
 
 @dataclass

@@ -50,6 +50,8 @@ class RecordSettings:
     retime: int = 10
     #: ... for at most this long per instance (the first rerun always runs); 0: no bound
     retime_budget_s: float = 1.0
+    #: fsync every snapshot file: durable across a crash of the machine, not only of the app (slower)
+    snapshot_fsync: bool = False
 
     def validate(self) -> None:
         if not _RANKS.match(self.record_ranks):
@@ -137,6 +139,8 @@ def recorder_env(settings: RecordSettings, lib: Path, raw_dir: Path, table: Opti
     env["MNEME_HOST_BYTES"] = str(int(settings.pinned_size_gib * GIB))
     env["MNEME_EPILOGUE_FORMAT"] = settings.epilogue_format
     env["MNEME_RETIME"] = str(settings.retime)
+    # --snapshot-fsync, or MNEME_SNAPSHOT_FSYNC=1 in mneme record's own environment (a campaign's switch)
+    env["MNEME_SNAPSHOT_FSYNC"] = "1" if settings.snapshot_fsync or env.get("MNEME_SNAPSHOT_FSYNC") == "1" else "0"
     budget = settings.retime_budget_s
     env["MNEME_RETIME_BUDGET_US"] = str(max(1, int(round(budget * 1e6))) if budget > 0 else 0)
     if settings.kernels:

@@ -18,6 +18,10 @@
  *   MNEME_RETIME_BUDGET_US and at most this much wall time per instance, in us (default 1000000; 0: no bound)
  *   MNEME_RECORD_HOLD     0: timed launches are not held behind the host flag (launch.c, native/hold)
  *   MNEME_RECORD_HOLD_MS  the hold watchdog's bound in milliseconds (default 100)
+ *   MNEME_SNAPSHOT_FSYNC  1: fsync every snapshot file (default 0: a file survives a crash of the app, not of
+ *                         the machine; one cut short reads as truncated and is refused)
+ *   MNEME_SNAPSHOT_THREAD 0: write the prologue on the launching thread (default 1: on a thread of its own,
+ *                         while the kernel's timing runs, its launch, the epilogue and the app go on)
  */
 #include "state.h"
 
@@ -260,6 +264,8 @@ static void init_once(void) {
   c->snap_pool_bytes = env_u64("MNEME_SNAP_POOL", 2ull << 30);
   c->hold = env_u64("MNEME_RECORD_HOLD", 1) != 0;
   c->hold_ms = env_u64("MNEME_RECORD_HOLD_MS", MN_HOLD_MS_DEFAULT);
+  c->snapshot_thread = env_u64("MNEME_SNAPSHOT_THREAD", 1) != 0;
+  mn_snapshot_set_fsync(env_u64("MNEME_SNAPSHOT_FSYNC", 0) != 0);
   char fmt[16];
   env_str("MNEME_EPILOGUE_FORMAT", fmt, sizeof fmt, "diff");
   c->epilogue_format = strcmp(fmt, "bytes") == 0 ? 1 : strcmp(fmt, "best") == 0 ? 2 : 0;
@@ -802,6 +808,7 @@ static void write_kstats(void) {
 }
 
 void mn_flush(int resolve_events, int wait) {
+  mn_record_settle(wait);
   if (resolve_events) mn_resolve_pending(wait);
   mn_emit_occurrences(0);
   write_kstats();
@@ -832,6 +839,7 @@ static void flush_at_exit(const char *how) {
      * events are gone, and what context_going() resolved is all there is */
     CUdevice d;
     int alive = D.ctxGetDevice && D.ctxGetDevice(&d) == CUDA_SUCCESS;
+    mn_record_settle(1); /* the last prologue (no CUDA: host buffers and files only) */
     mn_flush(alive, alive);
     if (R.provenance_written) write_objects();
     mn_memory_at_exit();
@@ -855,6 +863,7 @@ __attribute__((destructor)) static void at_unload(void) {
   if (pthread_mutex_trylock(&R.mu) != 0) return;
   if (!R.exited) {
     R.exited = 1;
+    mn_record_settle(1);
     mn_emit_occurrences(0);
     write_kstats();
     write_exit_event("unload", 0, linebuf, sizeof linebuf);
@@ -866,7 +875,9 @@ static void on_fatal_signal(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   if (R.active && !R.exited && !in_signal) {
     in_signal = 1;
-    /* No locks and no CUDA here: counts written so far plus the current ones, from static memory. */
+    /* No locks and no CUDA here: a prologue still being written is waited for (its instance event
+     * first), then the counts written so far plus the current ones, from static memory. */
+    mn_record_settle_signal();
     mn_emit_occurrences(1);
     write_exit_event("signal", sig, sigbuf, sizeof sigbuf);
     in_signal = 0;

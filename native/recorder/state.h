@@ -95,6 +95,7 @@ struct mn_inst {
   uint8_t *key;
   size_t keylen;
   int recorded;               /* snapshots written; 0: the recording failed (key kept to not retry) */
+  int logged;                 /* its instance event is in the log (occurrence lines only after it) */
   uint64_t count;             /* launches of this instance, the recorded one included */
   uint64_t flushed_count;
   uint64_t *samples;          /* in-app times (ns) not yet written */
@@ -161,6 +162,7 @@ typedef struct mn_config {
   uint32_t max_samples;
   uint32_t retime;            /* extra timed launches of a new instance, at most (MNEME_RETIME) */
   uint64_t retime_budget_ns;  /* and at most this long per instance (MNEME_RETIME_BUDGET_US; 0: no bound) */
+  int snapshot_thread;        /* the prologue is written on a thread of its own (MNEME_SNAPSHOT_THREAD; launch.c) */
   uint64_t snap_pool_bytes;   /* pinned host memory kept for snapshot buffers across instances (MNEME_SNAP_POOL) */
   uint32_t hold;              /* 0: timed launches are not held (MNEME_RECORD_HOLD) */
   uint64_t hold_ms;           /* the hold watchdog's bound (MNEME_RECORD_HOLD_MS) */
@@ -353,6 +355,10 @@ int mn_kernel_layout(mn_kernel *k, CUfunction f);  /* its parameter offsets and 
  * the recorded instance returned in *counted (NULL: none), or skipped with *why (-1: no reason given). */
 CUresult mn_launch_graph_kernel(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
                                 CUstream st, void **params, mn_inst **counted, int *why);
+/* The instance whose prologue is written on its own thread (launch.c): finished at once (wait) or when
+ * done; R.mu held. The fatal-signal path waits for it (bounded) and writes its event, signal-safely. */
+void mn_record_settle(int wait);
+void mn_record_settle_signal(void);
 
 /* ---- the work behind driver.c's wrappers (memory.c, recorder.c, launch.c) ---- */
 CUresult mn_cu_mem_alloc(const mn_ip_slot *slot, CUdeviceptr *p, size_t n);
