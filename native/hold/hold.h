@@ -1,5 +1,5 @@
 /* The held launch, shared by the LD_PRELOAD libraries that time launches in the app (librecord's recorded
- * launch and its reruns, native/recorder/launch.c; libapply's matched launches, native/apply/timing.c).
+ * launch and its reruns, native/recorder/timing.c; libapply's matched launches, native/apply/timing.c).
  *
  * A timed launch waits behind cuStreamWaitValue32 on a host-mapped flag that the host raises only once the
  * start event, the launch and the end event are queued, so host launch latency stays out of the event time

@@ -16,7 +16,7 @@
  *   MNEME_MAX_SAMPLES     in-app timing samples kept per instance
  *   MNEME_RETIME          extra timed runs of each new instance, at most (default 10)
  *   MNEME_RETIME_BUDGET_US and at most this much wall time per instance, in us (default 1000000; 0: no bound)
- *   MNEME_RECORD_HOLD     0: timed launches are not held behind the host flag (launch.c, native/hold)
+ *   MNEME_RECORD_HOLD     0: timed launches are not held behind the host flag (timing.c, native/hold)
  *   MNEME_RECORD_HOLD_MS  the hold watchdog's bound in milliseconds (default 100)
  *   MNEME_SNAPSHOT_FSYNC  1: fsync every snapshot file (default 0: a file survives a crash of the app, not of
  *                         the machine; one cut short reads as truncated and is refused)

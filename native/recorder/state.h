@@ -4,7 +4,11 @@
  *   recorder.c  configuration, the raw log, kernels, modules and variables, flushing, signals, exit;
  *   memory.c    the device arena, the pinned host region, memory the recorder cannot place, annotations;
  *   managed.c   managed memory and app-registered host memory: snapshotted by contents, placed by replay;
- *   launch.c    launches, instance deduplication, snapshots, occurrence timing, stream captures;
+ *   launch.c    launches: the kernel a launch names, instance keys, the entry points, stream captures;
+ *   instance.c  recording a new instance: prologue (on its own thread), timed launch, epilogue, its event;
+ *   snapset.c   an instance's snapshot set: blobs and variables read, written, written back;
+ *   timing.c    in-app timing: the event pool, pending samples, occurrences, held launches, reruns
+ *               (launch.h holds what these four share);
  *   graph.c     CUDA graphs: a plan of each instantiated graph (graph.h), kept current by graphexec.c's exec
  *               updates and run node by node by its launches while the graph has kernels to record;
  *
@@ -147,7 +151,7 @@ typedef struct mn_pending {
   mn_inst *inst;
 } mn_pending;
 
-/* Most extra timed launches of a newly recorded instance (see launch.c: retime). */
+/* Most extra timed launches of a newly recorded instance (see timing.c: mn_retime). */
 #define MN_RETIME_MAX 64
 
 typedef struct mn_config {
@@ -162,7 +166,7 @@ typedef struct mn_config {
   uint32_t max_samples;
   uint32_t retime;            /* extra timed launches of a new instance, at most (MNEME_RETIME) */
   uint64_t retime_budget_ns;  /* and at most this long per instance (MNEME_RETIME_BUDGET_US; 0: no bound) */
-  int snapshot_thread;        /* the prologue is written on a thread of its own (MNEME_SNAPSHOT_THREAD; launch.c) */
+  int snapshot_thread;        /* the prologue is written on a thread of its own (MNEME_SNAPSHOT_THREAD; instance.c) */
   uint64_t snap_pool_bytes;   /* pinned host memory kept for snapshot buffers across instances (MNEME_SNAP_POOL) */
   uint32_t hold;              /* 0: timed launches are not held (MNEME_RECORD_HOLD) */
   uint64_t hold_ms;           /* the hold watchdog's bound (MNEME_RECORD_HOLD_MS) */
@@ -220,7 +224,7 @@ typedef struct mn_state {
   size_t npending, cappending, pending_head;
   CUevent *evpool;
   size_t nevpool, capevpool;
-  mn_hold hold;               /* the timing hold (launch.c, native/hold); hold.broken goes into the exit event */
+  mn_hold hold;               /* the timing hold (timing.c, native/hold); hold.broken goes into the exit event */
   uint64_t launches_since_flush;
   uint64_t last_flush_ns;
   int exit_hook;
@@ -346,16 +350,18 @@ void mn_snap_free(void *p);
 int mn_copy_htod(uint64_t dst, const void *src, uint64_t size);
 uint64_t mn_precise_ns(void);                /* CLOCK_MONOTONIC */
 
-/* ---- launch.c ---- */
+/* ---- timing.c ---- */
 void mn_resolve_pending(int wait);
 void mn_emit_occurrences(int signal_safe);
+/* ---- launch.c ---- */
 mn_kernel *mn_kernel_of(CUfunction f);             /* the kernel a launch names (a CUfunction or CUkernel); R.mu held */
 int mn_kernel_layout(mn_kernel *k, CUfunction f);  /* its parameter offsets and sizes known: 1; R.mu held */
 /* A graph's kernel node run as a stream launch on `st` (graph.c; R.mu not held): recorded, or counted into
  * the recorded instance returned in *counted (NULL: none), or skipped with *why (-1: no reason given). */
 CUresult mn_launch_graph_kernel(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
                                 CUstream st, void **params, mn_inst **counted, int *why);
-/* The instance whose prologue is written on its own thread (launch.c): finished at once (wait) or when
+/* ---- instance.c ---- */
+/* The instance whose prologue is written on its own thread: finished at once (wait) or when
  * done; R.mu held. The fatal-signal path waits for it (bounded) and writes its event, signal-safely. */
 void mn_record_settle(int wait);
 void mn_record_settle_signal(void);
