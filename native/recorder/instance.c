@@ -25,9 +25,11 @@ static const char *basename_of(const char *p) {
 
 /* ---- the prologue, written on a thread of its own while the app thread goes on with the timing runs,
  * the recorded launch and the epilogue (which only read the prologue's buffers). mn_record_instance()
- * joins it before it returns, so no snapshot work outlives the instance: every exit and crash path sees
- * the same files as without the thread (complete ones, or a torn one that no instance event names and
- * that reads as truncated). The thread blocks the asynchronous signals, which stay the app's. */
+ * may return while it still runs: at most one prologue is in flight, and it is finished (mn_record_settle)
+ * by the next recorded instance, a flush, the exit paths or a context's teardown; the fatal-signal path
+ * waits for it (bounded). Its instance event is written only once the file is complete, so every exit and
+ * crash path sees complete files or a torn one that no instance event names and that reads as truncated.
+ * The thread blocks the asynchronous signals, which stay the app's. */
 
 /* What the prologue is written from: the instance's own copies (the app thread goes on meanwhile). */
 typedef struct pro_job {
