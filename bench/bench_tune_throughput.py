@@ -7,8 +7,8 @@ first and not counted). The last rows run the whole `mneme tune` loop (Optuna, r
 the compiler presets (--tune-presets), with MLflow tracking off and on (a fresh SQLite store, one run per trial),
 --tune-repeats times each in ABBA order (off-on, on-off, ...: on the H200 the compiler rows once slowed from pair
 to pair in both modes, which strict alternation would charge to tracking), on a journal study storage
-(`--storage journal:PATH`, the fast one; --tune-storage default: SQLite in the output directory, what `mneme tune`
-uses without --storage, whose Optuna RDB layer reads the trials back on every ask).
+(`--storage journal:PATH`; --tune-storage default: what `mneme tune` uses without --storage, since 2026-12 a journal
+file in the output directory as well, SQLite before, whose Optuna RDB layer reads the trials back on every ask).
 Their configurations per second are the trials over the search plus its finish (from the last trial until the
 command has written everything: workers stopped, results directory, tracking closed), so the tracked rows show
 what tracking costs a search. The tracking ratio compares the median rows of each mode, per preset. On vecAdd
@@ -205,7 +205,7 @@ def main() -> int:
                          "costs, such as the sweep's summary plots, do not decide the per-second figure)")
     ap.add_argument("--tune-storage", default="journal", choices=("journal", "default"),
                     help="the study storage of the `mneme tune` rows: journal (a journal file) or default (what "
-                         "`mneme tune` uses without --storage: SQLite in the output directory)")
+                         "`mneme tune` uses without --storage: <output>/study.journal)")
     ap.add_argument("--tune-repeats", type=int, default=6,
                     help="runs of each end-to-end row, off and on in ABBA order (default 6: on the H200 host one untracked "
                          "run of 1000 trials takes 1.2 to 2.2 s, so fewer pairs leave the ratio to chance)")

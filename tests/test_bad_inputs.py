@@ -310,7 +310,7 @@ _add("targets", "tune --storage journal on a read-only disk",
      lambda w: (["tune", "-rdb", str(w.db()), "--devices", "none", "--objective", "registers", "--trials", "1", "--no-track", "-o", str(w.root / "out"),
                  "--storage", f"journal:{_needs(w, 'ro') / 'j.log'}"], "j.log"), targets=("out",))
 _add("targets", "tune -o on a read-only disk", lambda w: (["tune", "-rdb", str(w.db()), "--devices", "none", "--objective", "registers", "--trials", "1",
-                                                          "--no-track", "-o", str(_needs(w, "ro") / "out")], "study.db"))
+                                                          "--no-track", "-o", str(_needs(w, "ro") / "out")], "study.journal"))
 _add("targets", "move a DB on a read-only disk to a full one", lambda w: (["move", str(_needs(w, "ro_db")),
                                                                           str(_needs(w, "full") / "d")], "ro"),
      targets=("@full",))

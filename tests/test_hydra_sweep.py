@@ -13,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
 import pytest
 import yaml
 from mlflow import MlflowClient
 
+from mneme.tune import study as st
 from mnemetest import read_artifact
 from test_tune_support import backend, env_with_tests, write_record
 
@@ -43,7 +43,7 @@ def mlflow_runs(cwd):
 
 
 def study_trials(cwd):
-    s = optuna.load_study(study_name="saxpy-quick", storage=f"sqlite:///{cwd}/multirun/sweep/studies.db")
+    s = st.load_study(st.open_storage(f"journal:{cwd}/multirun/sweep/studies.journal"), "saxpy-quick")
     return s, s.get_trials(deepcopy=False)
 
 
@@ -135,7 +135,7 @@ def test_sweeps_over_other_keys_run_one_study_each_with_command_line_dimensions(
     assert trials and all(r.data.params["replay.block.x"] in ("128", "256") for r in trials)
     assert all(r.data.params["replay.codegen_opt"] in ("1", "2", "3") for r in trials)
     for name in parents:
-        s = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/multirun/sweep/studies.db")
+        s = st.load_study(st.open_storage(f"journal:{tmp_path}/multirun/sweep/studies.journal"), name)
         # search_space/params.yaml's own dimensions, and the command line's (which wins for codegen_opt)
         assert set(s.trials[0].params) == {"replay.codegen_opt", "replay.block.x", "replay.passes"}
         assert len(counted(s.trials)) == 3

@@ -36,7 +36,7 @@ def test_context_killers_are_not_proposed_again(tmp_path):
     assert outcome.exit_code == EXIT_OK, outcome.message
     summary = json.loads((out / "summary.json").read_text())
     assert "64x1x1" in summary["banned_shapes"]
-    trials = st.load_study(st.open_storage(f"sqlite:///{out / 'study.db'}"), outcome.summary["study"]).get_trials()
+    trials = st.load_study(st.open_storage(st.storage_url(None, str(out))), outcome.summary["study"]).get_trials()
     ran_64 = [t for t in trials if t.params.get("launch") == "64x1x1"
               and (t.user_attrs.get(st.T_RESULT) or {}).get("status") == "runtime_error"]
     assert len(ran_64) == 1  # the second 64-thread configuration (other pipeline) was refused, not run

@@ -61,7 +61,7 @@ def test_results_directory_from_the_storage(tmp_path, record):
     outcome = Tuner(options(record, out)).run()
     assert outcome.exit_code == EXIT_OK, outcome.message
     for name in ("config.json", "space.json", "baseline.json", "trials.jsonl", "verified.csv", "best.json", "best.yaml",
-                 "best.sh", "best.md", "summary.json", "summary.txt", "study.db"):
+                 "best.sh", "best.md", "summary.json", "summary.txt", "study.journal"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text())
     # 512 threads is the fastest but does not verify, 1024 fails to launch: the best is 256
@@ -179,6 +179,20 @@ def test_cli_errors_list_the_choices_and_dry_run_prints_the_space(tmp_path, reco
     assert "exit codes" in p.stdout and "conservative" in p.stdout
 
 
+def test_optuna_dashboard_opens_the_default_storage_by_its_path(tmp_path, record):
+    """`optuna-dashboard <output>/study.journal` (docs/USAGE.md): the dashboard's CLI guesses the storage from
+    the argument as below (optuna_dashboard._storage_url, 0.21)."""
+    guess = pytest.importorskip("optuna_dashboard._storage_url").guess_storage_from_url
+    out = tmp_path / "out"
+    outcome = Tuner(options(record, out)).run()
+    assert outcome.exit_code == EXIT_OK, outcome.message
+    import optuna
+
+    storage = guess(str(out / "study.journal"))
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == [outcome.summary["study"]]
+    assert len(optuna.load_study(study_name=outcome.summary["study"], storage=storage).trials) == 7
+
+
 def test_cli_without_a_gpu_says_how_to_compile_only(tmp_path, record):
     from mneme.tune.executor import visible_devices
 
@@ -186,7 +200,7 @@ def test_cli_without_a_gpu_says_how_to_compile_only(tmp_path, record):
         pytest.skip("this machine has a GPU")
     p = mneme("tune", "-rdb", record, "--space", "launch", "--no-track", "--quiet", "-o", tmp_path / "o")
     assert p.returncode == 5 and "--devices none" in p.stderr
-    assert not (tmp_path / "o" / "study.db").exists()  # no empty study left behind
+    assert not list((tmp_path / "o").glob("study.*"))  # no empty study left behind
 
 
 def test_cli_run_prints_the_best_and_a_replay_command(tmp_path, record):
@@ -199,7 +213,7 @@ def test_cli_run_prints_the_best_and_a_replay_command(tmp_path, record):
     rdb = shlex.split(summary["best"]["replay_command"])[3]
     assert os.path.isabs(rdb) and Path(rdb).is_file(), "best.sh reproduces the best from any directory"
     report = tmp_path / "report"
-    p = mneme("tune", "-rdb", record, "--space", "launch", "--storage", f"sqlite:///{tmp_path / 'o' / 'study.db'}",
+    p = mneme("tune", "-rdb", record, "--space", "launch", "--storage", f"journal:{tmp_path / 'o' / 'study.journal'}",
               "--report-only", "-o", report, "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["best"]["config_hash"] == summary["best"]["config_hash"]
@@ -306,6 +320,10 @@ def test_a_killed_sqlite_study_resumes_without_redoing_finished_trials(tmp_path,
     killed_study_resumes(tmp_path, record, f"sqlite:///{tmp_path / 'killed.db'}")
 
 
+def test_a_killed_journal_study_resumes_without_redoing_finished_trials(tmp_path, record):
+    killed_study_resumes(tmp_path, record, f"journal:{tmp_path / 'killed.journal'}")  # the default storage's kind
+
+
 # -- PostgreSQL ------------------------------------------------------------------------------------------
 def test_resume_on_postgresql(tmp_path, record, postgres_url):
     first = Tuner(options(record, tmp_path / "a", storage=postgres_url, study="pg-resume", space="standard",
@@ -363,7 +381,32 @@ def test_storage_passwords_never_leave_the_process():
     assert st.redacted("postgresql://tuner:pa55@word@db:5432/s") == "postgresql://tuner:***@db:5432/s"
     assert st.redacted("postgresql://tuner@db/s") == "postgresql://tuner@db/s"
     assert st.storage_url("journal:/x/s.journal", "/o") == "journal:/x/s.journal"
-    assert st.storage_url(None, "/o").endswith("/o/study.db")
+    assert st.storage_url(None, "/o") == "journal:/o/study.journal"
+
+
+def test_the_default_storage_is_a_journal_unless_an_earlier_sqlite_study_is_there(tmp_path):
+    assert st.default_storage(tmp_path, "studies") == f"journal:{tmp_path}/studies.journal"
+    (tmp_path / "studies.db").write_bytes(b"")
+    assert st.default_storage(tmp_path, "studies") == f"sqlite:///{tmp_path}/studies.db"
+    (tmp_path / "studies.journal").write_bytes(b"")  # both: the journal, which only this mneme writes
+    assert st.default_storage(tmp_path, "studies") == f"journal:{tmp_path}/studies.journal"
+
+
+def test_an_output_directory_with_a_study_db_from_an_earlier_mneme_keeps_it(tmp_path, record):
+    """Before the journal default, `mneme tune` kept its study in <output>/study.db: such a study still resumes
+    with the same command, and its trials are not redone."""
+    out = tmp_path / "out"
+    old = f"sqlite:///{out / 'study.db'}"
+    first = Tuner(options(record, out, storage=old, space="standard", sampler="tpe", trials=6, seed=1)).run()
+    assert first.exit_code == EXIT_OK
+    assert st.storage_url(None, str(out)) == old
+    before = {t.number: t.values for t in trials_of(old, first.summary["study"]) if st.counts(t)}
+    resumed = Tuner(options(record, out, space="standard", sampler="tpe", trials=10, resume=True)).run()
+    assert resumed.exit_code == EXIT_OK, resumed.message
+    after = trials_of(old, first.summary["study"])
+    assert sum(1 for t in after if st.counts(t)) == 10
+    assert all(t.values == before[t.number] for t in after if t.number in before)
+    assert not (out / "study.journal").exists()
 
 
 def test_file_storages_are_named_absolutely_so_any_working_directory_finds_them(tmp_path, monkeypatch):

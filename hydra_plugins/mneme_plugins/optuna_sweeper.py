@@ -283,8 +283,8 @@ class StudyRun:
         # path relative to where mneme started means nothing from another directory or to a job run with chdir
         self.out_dir = (sweep_dir / "results" / self.name).resolve()
         # beside the timestamped sweep directories, so study.resume=true finds the study without study.storage
-        default = f"sqlite:///{(sweep_dir.parent / 'studies.db').resolve()}"
-        self.storage_url = st.storage_url(self.opts.storage or default, str(sweep_dir))
+        self.storage_url = (st.storage_url(self.opts.storage, str(sweep_dir)) if self.opts.storage
+                            else st.default_storage(sweep_dir.parent, "studies"))
         self.st = st
 
     # -- study --------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 MLflow 3 opens an experiment on its GenAI "Traces" page, where mneme has nothing; the runs (sweeps as
 parent rows, trials nested) are at `#/experiments/<id>/runs?workflowType=machine_learning`. This prints that
 URL, then runs `mlflow ui` until Ctrl-C. The Optuna study behind a sweep has its own dashboard:
-`optuna-dashboard sqlite:///<results dir>/study.db` (docs/EXPERIMENTS.md).
+`optuna-dashboard <output>/study.journal` (a journal file by path; docs/EXPERIMENTS.md).
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ _EPILOG = (
     "  aggressive   also reshapes dimensions the recorded block does not span, any size up to 1024\n"
     "exit codes:\n" + "".join(f"  {k:<4} {v}\n" for k, v in EXIT_CODES.items())
     + "results: <output>/ holds config.json, space.json, baseline.json, trials.jsonl, verified.csv,\n"
-    "best.json/.yaml/.sh/.md and summary.json/.txt, written from the study storage (default: <output>/study.db).\n"
+    "best.json/.yaml/.sh/.md and summary.json/.txt, written from the study storage\n"
+    "(default: the journal file <output>/study.journal).\n"
 )
 
 
@@ -64,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--devices", type=_devices, default=None, help="GPU ordinals, e.g. 0,1 (default: all visible; 'none': compile only)")
     a("--compile-jobs", type=int, default=None, help="compile processes (default: CPU count)")
     a("--storage", default=None,
-      help="Optuna storage: sqlite:///PATH, postgresql://..., journal:PATH (default sqlite in --output)")
+      help="Optuna storage: sqlite:///PATH, postgresql://..., journal:PATH "
+           "(default journal:<output>/study.journal; an existing <output>/study.db is kept)")
     a("--study", default=None, help="study name (default: kernel, instance and space)")
     a("--resume", action="store_true", help="continue the study if it exists (refused if the record or space changed)")
     a("--metric", default="median", type=_choice("metric", METRICS), help="time statistic over iterations (default median)")

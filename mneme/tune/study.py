@@ -1,10 +1,11 @@
 """The Optuna study as the one record of a tuning run.
 
 Storage (`--storage`):
-- nothing: SQLite at `<output>/study.db` (WAL journal, so several local processes can share it);
+- nothing: Optuna's journal file `<output>/study.journal` (`default_storage`; an output directory where an
+  earlier mneme left `study.db` keeps that SQLite database, so its studies resume);
 - `sqlite:///PATH`, `postgresql://USER@HOST/DB` (any SQLAlchemy URL Optuna's RDB storage takes);
 - `journal:PATH` (or a path ending in .log/.journal): Optuna's journal file storage, an append-only file with a
-  lock; fastest on one machine, and the choice where no database server exists.
+  lock; fastest on one machine, and the choice where no database server exists (the default's kind).
 
 What the study holds besides Optuna's own trials (all as user attributes, so a results directory can be
 written from the storage alone):
@@ -68,10 +69,10 @@ def new_owner() -> str:
 
 
 def storage_url(spec: Optional[str], output: str) -> str:
-    """The storage URL for --storage (None: SQLite inside the output directory). File paths in it are made
+    """The storage URL for --storage (None: `default_storage` in the output directory). File paths in it are made
     absolute, so workers, resumes and the results' hints name the same file from any working directory."""
     if not spec:
-        return f"sqlite:///{Path(output).resolve() / 'study.db'}"
+        return default_storage(Path(output), "study")
     if spec.startswith("journal:"):
         return f"journal:{Path(spec[len('journal:'):]).resolve()}"
     if "://" not in spec and (spec.endswith(".log") or spec.endswith(".journal")):
@@ -84,6 +85,22 @@ def storage_url(spec: Optional[str], output: str) -> str:
             "journal:PATH"
         )
     return spec
+
+
+def default_storage(directory: Path, stem: str) -> str:
+    """The storage used without --storage: the journal file `<directory>/<stem>.journal`, or the SQLite database
+    `<stem>.db` there when an earlier mneme (before the journal default) left one, so its studies still resume.
+
+    The journal because Optuna's RDB storage reads every trial back from the database on each ask: with compiles
+    and runs that cost nothing, 300 TPE trials of `standard` ran 7-16 trials/s on SQLite (ask 47-117 ms per trial)
+    and 37-76/s on the journal (ask 10-20 ms, most of it TPE's own: 7-16 ms with no storage at all), on the
+    shared 2-core dev machine (bench/bench_study_storage.py, docs/BENCHMARKS.md).
+    Both take several processes at once and lose nothing when a process dies (_page_cache_journal)."""
+    directory = directory.resolve()
+    legacy = directory / f"{stem}.db"
+    if legacy.is_file() and not (directory / f"{stem}.journal").exists():
+        return f"sqlite:///{legacy}"
+    return f"journal:{directory / f'{stem}.journal'}"
 
 
 def _sqlite_creator(path: str):
