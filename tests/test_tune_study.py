@@ -299,7 +299,9 @@ def killed_study_resumes(tmp_path, record, storage: str):
 
 def test_ctrl_c_gives_unfinished_trials_back_for_an_immediate_resume(tmp_path, record):
     storage = f"sqlite:///{tmp_path / 'int.db'}"
-    p = launch(record, tmp_path / "i", storage, "interrupted", 14, delay="0.4")
+    # 40 trials of >= 0.4 s: the interrupt must come mid-search even when polling the study is slow under load
+    # (with 14 the search was once seen finishing first: exit 0)
+    p = launch(record, tmp_path / "i", storage, "interrupted", 40, delay="0.4")
     assert wait_for(lambda: completed(storage, "interrupted") >= 3)
     os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends to the whole process group
     _, err = p.communicate(timeout=60)
@@ -311,9 +313,9 @@ def test_ctrl_c_gives_unfinished_trials_back_for_an_immediate_resume(tmp_path, r
     assert len(given_back) == sum(1 for t in trials if t.state.name == "WAITING")
     t0 = time.monotonic()
     outcome = Tuner(options(record, tmp_path / "r", storage=storage, study="interrupted", space="standard",
-                            sampler="tpe", trials=14, resume=True)).run()  # default stale_after: nothing to wait for
+                            sampler="tpe", trials=40, resume=True)).run()  # default stale_after: nothing to wait for
     assert outcome.exit_code == EXIT_OK and time.monotonic() - t0 < 60
-    assert sum(1 for t in trials_of(storage, "interrupted") if st.counts(t)) == 14
+    assert sum(1 for t in trials_of(storage, "interrupted") if st.counts(t)) == 40
 
 
 def test_a_killed_sqlite_study_resumes_without_redoing_finished_trials(tmp_path, record):
