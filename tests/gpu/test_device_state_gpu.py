@@ -143,4 +143,4 @@ def test_a_function_pointer_argument_is_named_and_not_replayed(devfnptr):
     (row,) = rows_of("fidelity", devfnptr.db("applyTable"))
     # the table holds the app's function addresses (restored from the prologue): if that does not verify,
     # the error says why
-    assert row["verified"] or "function pointers it loads from memory" in row["error"], row
+    assert row["verified"] or "through pointers it loads from memory" in row["error"], row

@@ -233,7 +233,11 @@ def test_retime_is_bounded_in_time_and_the_recorders_time_is_reported(tmp_path):
     assert m, r.stdout
     total, n, copy, rate, gb, diff, write, rt = (float(x) for x in m.groups())
     assert n == len(db) and gb > 0.1, "two 64 MiB grids per snapshot"
-    assert copy + diff + write + rt <= total * 1.01
+    # diff and write count the prologue thread's work too; what the app did not wait for is "hidden", and the
+    # wait for the thread is inside the total: copy + diff + write + retime + other + kernel - hidden = total + waited
+    hidden = float(re.search(r"hidden ([0-9.]+) s", r.stdout).group(1)) if "hidden " in r.stdout else 0.0
+    waited = float(re.search(r"waited ([0-9.]+) s", r.stdout).group(1)) if "waited " in r.stdout else 0.0
+    assert copy + diff + write + rt - hidden <= (total + waited) * 1.01 + 0.002, r.stdout
     # for the report (issue #16 asks >= 0.5 of pinned D2H): shows in pytest's warnings summary
     warnings.warn(f"recorder: {r.stdout[m.start():m.end()]}")
     attrs = next(iter(db.extra["InstanceAttributes"].values()))
