@@ -5,6 +5,7 @@ There is no GPU here, so the GPU workers run the tune tests' SyntheticBackend (a
 landscape: 512-thread blocks compute a wrong answer); everything else is the real thing.
 """
 
+import re
 import os
 import signal
 import socket
@@ -196,6 +197,9 @@ def test_sweep_ends_on_its_summary_and_results_path_with_overrides_in_the_job_lo
     results = next(line for line in tail if line.startswith("results: "))
     out = Path(results.split()[1])
     assert (out / "summary.txt").is_file() and (out / "best.sh").is_file()
+    # the sweeper keeps which code the baseline compiled, as mneme tune does (not "the study predates ...")
+    summary = (out / "summary.txt").read_text()
+    assert re.search(r"^baseline code: (app-build|mneme-defaults) ", summary, re.M) and "predates" not in summary, summary
     hydra_file = Path(next(line for line in tail if line.startswith("Hydra: ")).split()[1])
     doc = yaml.safe_load(hydra_file.read_text())
     assert doc["best_params"]["replay.block.x"] > 0 and doc["results"] == str(out)

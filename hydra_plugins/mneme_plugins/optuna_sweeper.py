@@ -366,7 +366,7 @@ class StudyRun:
             result = job_result(rets[0], self.base)
             ok = succeeded(result, False)
             self.study.set_user_attr(st.A_BASELINE, {
-                "config": self.base.to_dict(), "result": result.to_dict(),
+                "config": self.base.to_dict(), "result": result.to_dict(), "code": self.target.code.to_dict(),
                 "metric_ns": metric_ns(result.exec_time, self.opts.metric) if ok else None,
             })
         self.baseline_result = result
