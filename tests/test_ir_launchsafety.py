@@ -29,7 +29,7 @@ def kernels(build):
     for src in ("launch.cu", EXAMPLES / "matmul.cu", EXAMPLES / "cooperative.cu", EXAMPLES / "vecadd.cu"):
         mod = llvm.parse_bitcode(build(src, extra=INCLUDES).read_bytes())
         for k in module_kernels(mod):
-            short = next(s for s in ("bounded", "fixed256", "smallbuf", "scale2d", "matmulStatic", "matmulDynamic",
+            short = next(s for s in ("bounded", "fixed256", "smallbuf", "scale2d", "pairs", "strided128", "matmulStatic", "matmulDynamic",
                                      "matmulPanel", "coopSum", "vecAdd") if s in k)
             out[short] = (mod, k)
     return out
@@ -79,8 +79,25 @@ def test_kernels_that_read_blockdim_get_covering_warp_shapes(kernels):
     r2 = f2.rules((16, 16, 1))
     assert not r2.fixed and r2.why((32, 8, 1)) is None and r2.why((8, 32, 1)) is not None
     assert r2.why((8, 32, 1), soft=False) is None  # aggressive drops only the warp rule
-    p = analyze(kernels, "matmulPanel")  # reads blockDim.x/.y in its panel loop
-    assert p.reads["ntid"] == "xy" and not p.rules((32, 8, 1)).fixed
+    assert f.tile_scale == {} and f2.tile_scale == {}  # blockIdx * blockDim: the share follows the shape
+
+
+def test_a_tile_fixed_by_blockidx_times_a_constant_keeps_the_block(kernels):
+    """matmulPanel reads blockDim.x/.y (its panel loop strides by them), but each block owns the 32 x 32 tile
+    at blockIdx * 32 with 32 x 8 threads: on the H200, 4 of 5 standard trials that reshaped it failed."""
+    p = analyze(kernels, "matmulPanel")
+    assert p.reads["ntid"] == "xy" and p.tile_scale == {"x": "32", "y": "32"}
+    rules = p.rules((32, 8, 1))
+    assert set(rules.fixed) == {0, 1} and "blockIdx.y is multiplied by 32, never by blockDim.y" in rules.fixed[1]
+    assert rules.why((32, 8, 1)) is None
+    for bad in ((64, 4, 1), (32, 16, 1), (128, 2, 1)):
+        assert rules.why(bad) is not None, bad
+    assert p.describe()["tile_scale"] == {"x": "32", "y": "32"}
+    pairs = analyze(kernels, "pairs")  # blockIdx.x * (blockDim.x * 2): derived from blockDim
+    assert pairs.tile_scale == {} and not pairs.rules((256, 1, 1)).fixed
+    s = analyze(kernels, "strided128")  # a grid-stride loop reads blockDim, the start assumes 128 threads
+    assert s.reads["ntid"] == "x" and s.tile_scale == {"x": "128"}
+    assert set(s.rules((128, 1, 1)).fixed) == {0}
 
 
 def test_compile_time_block_size_without_shared_memory(kernels):

@@ -10,7 +10,10 @@ kernel and every function it calls (after a light `default<O1>` on a clone, so c
   addresses (a backward slice from every address derived from the array);
 - launch bounds: `"nvvm.maxntid"`, `"nvvm.reqntid"`, `"nvvm.cluster_dim"` attributes (and the older
   `!nvvm.annotations`);
-- cooperative launches: grid synchronization reads the grid workspace from `%envreg1/2`.
+- cooperative launches: grid synchronization reads the grid workspace from `%envreg1/2`;
+- how blockIdx is scaled: `blockIdx.y * 32` (a constant, or any value not derived from blockDim.y) means each
+  block owns a compile-time tile along y, whatever blockDim.y is; `blockIdx.x * blockDim.x` means the block's
+  share follows its shape.
 
 `LaunchFacts.rules(block)` turns the facts into what a block shape must keep (LaunchRules): axes fixed to the
 recorded extent, a thread cap, and whether block.x must stay a whole number of warps. Each rule carries the
@@ -74,6 +77,9 @@ class LaunchFacts:
     req_threads: Optional[Tuple[int, ...]] = None  # "nvvm.reqntid"
     cluster: Optional[str] = None  # why the kernel is tied to a cluster launch
     cooperative: bool = False
+    #: axis -> what blockIdx is multiplied by when that is not blockDim of the axis ("32", "a value not derived
+    #: from blockDim.x"); axes also scaled by their blockDim somewhere are left out
+    tile_scale: Dict[str, str] = field(default_factory=dict)
     analyzed: str = "default<O1> clone"
 
     def read(self, reg: str, axis: str) -> bool:
@@ -92,6 +98,9 @@ class LaunchFacts:
         for d, axis in enumerate(AXES):
             extent = int(list(rec)[d])
             if self.read("ntid", axis):
+                if axis in self.tile_scale:
+                    r.fix_axis(d, f"blockIdx.{axis} is multiplied by {self.tile_scale[axis]}, never by blockDim.{axis}: "
+                                  f"each block's tile along {axis} is fixed in the code, so block.{axis} stays {extent}")
                 continue
             uses_tid = self.read("tid", axis)
             if extent == 1 and not uses_tid:
@@ -125,6 +134,7 @@ class LaunchFacts:
             "req_threads": list(self.req_threads) if self.req_threads else None,
             "cluster": self.cluster,
             "cooperative": self.cooperative,
+            "tile_scale": dict(self.tile_scale),
             "analyzed": self.analyzed,
         }
 
@@ -260,6 +270,66 @@ def _tid_axes_of(body: str, tile: str) -> str:
     return "".join(a for a in AXES if a in axes)
 
 
+_SCALE = re.compile(r"^(mul|shl)\b[^%]*?(%" + _NAME + r"), (%" + _NAME + r"|-?\d+)\s*$")
+_CAST = ("zext", "sext", "trunc")
+
+
+def _block_scales(body: str) -> Tuple[Dict[str, str], Set[str]]:
+    """In one function: (axis -> what blockIdx.axis is multiplied by, when not derived from blockDim.axis;
+    axes whose blockIdx is multiplied by a value derived from their blockDim)."""
+    defs: Dict[str, str] = {}
+    for line in body.splitlines():
+        m = _DEF_LINE.match(line)
+        if m:
+            defs[m.group(1)] = m.group(2).split(", !")[0]
+    sreg: Dict[str, Tuple[str, str]] = {}  # name -> (reg, axis), through integer casts
+    for name, rhs in defs.items():
+        m = _SREG.search(rhs)
+        if m:
+            sreg[name] = (m.group(1), m.group(2))
+    changed = True
+    while changed:
+        changed = False
+        for name, rhs in defs.items():
+            if name not in sreg and rhs.startswith(_CAST):
+                ops = [t for t in _LOCAL.findall(rhs) if t in sreg]
+                if ops:
+                    sreg[name] = sreg[ops[0]]
+                    changed = True
+
+    def from_ntid(name: str, axis: str) -> bool:
+        seen, todo = set(), [name]
+        while todo:
+            n = todo.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if sreg.get(n) == ("ntid", axis):
+                return True
+            todo.extend(_LOCAL.findall(defs.get(n, "")))
+        return False
+
+    const: Dict[str, str] = {}
+    by_ntid: Set[str] = set()
+    for rhs in defs.values():
+        m = _SCALE.match(rhs)
+        if not m:
+            continue
+        op, a, b = m.groups()
+        for mine, other in ((a, b), (b, a)) if op == "mul" else ((a, b),):
+            reg = sreg.get(mine)
+            if not reg or reg[0] != "ctaid":
+                continue
+            axis = reg[1]
+            if other.startswith("%") and from_ntid(other, axis):
+                by_ntid.add(axis)
+            elif not other.startswith("%"):
+                const.setdefault(axis, str(int(other) if op == "mul" else 1 << int(other)))
+            else:
+                const.setdefault(axis, f"a value not derived from blockDim.{axis}")
+    return const, by_ntid
+
+
 def _bounds(text: str, kernel_body: str) -> Dict[str, str]:
     out: Dict[str, str] = {}
     head = kernel_body.split("\n", 1)[0]
@@ -296,8 +366,14 @@ def analyze_text(text: str, kernel: str, analyzed: str = "as given") -> LaunchFa
     funcs = _reachable(bodies, kernel)
     reads: Dict[str, Set[str]] = {r: set() for r in ("tid", "ntid", "ctaid", "nctaid")}
     cluster, coop = None, False
+    scale: Dict[str, str] = {}
+    by_ntid: Set[str] = set()
     for f in funcs:
         body = bodies[f]
+        const, scaled = _block_scales(body)
+        for axis, what in const.items():
+            scale.setdefault(axis, what)
+        by_ntid |= scaled
         for reg, axis in _SREG.findall(body):
             reads[reg].add(axis)
         if _CLUSTER_SREG.search(body):
@@ -327,7 +403,8 @@ def analyze_text(text: str, kernel: str, analyzed: str = "as given") -> LaunchFa
         cluster = f"__cluster_dims__({attrs['cluster_dim']})"
     return LaunchFacts(
         kernel=kernel, reads={r: "".join(a for a in AXES if a in s) for r, s in reads.items()}, tiles=tiles,
-        max_threads=max_threads, req_threads=req, cluster=cluster, cooperative=coop, analyzed=analyzed,
+        max_threads=max_threads, req_threads=req, cluster=cluster, cooperative=coop,
+        tile_scale={a: w for a, w in sorted(scale.items()) if a not in by_ntid}, analyzed=analyzed,
     )
 
 

@@ -24,3 +24,15 @@ __global__ void scale2d(float *a, int nx, int ny) {
   int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x < nx && y < ny) a[y * nx + x] *= 3.0f;
 }
+
+// two elements per thread: blockIdx is scaled by a value derived from blockDim (the block's share follows it)
+__global__ void pairs(float *a, int n) {
+  int i = blockIdx.x * (blockDim.x * 2) + threadIdx.x;
+  if (i < n) a[i] += 1.0f;
+  if (i + blockDim.x < n) a[i + blockDim.x] += 1.0f;
+}
+
+// reads blockDim (a grid-stride loop) but starts each block at blockIdx * 128: only 128 threads cover it
+__global__ void strided128(float *a, int n) {
+  for (int i = blockIdx.x * 128 + threadIdx.x; i < n; i += blockDim.x * gridDim.x) a[i] *= 0.5f;
+}
