@@ -9,7 +9,8 @@ print/parse round trip; the input module is never changed.
   in the signature so the recorded argument buffer still matches the launch.
 - dims: reads of blockDim/gridDim (`llvm.nvvm.read.ptx.sreg.ntid.*`/`nctaid.*`, also inside clang's
   `__cuda_builtin_blockDim_t::__fetch_builtin_*` wrappers) become constants; threadIdx/blockIdx reads
-  get the ranges [0, block) and [0, grid).
+  get the ranges [0, block) and [0, grid) — in the code that runs under the kernel's own launch only, not in
+  the kernels it launches from the device nor in what they share with it (mneme.ir.dimscope).
 - dims-assume: the same knowledge only as `range(...)` return attributes on every read.
 - launch bounds: the kernel gets its own attribute group carrying "nvvm.maxntid" and "nvvm.minctasm",
   which LLVM 22's NVPTX backend prints as `.maxntid` and `.minnctapersm`.
@@ -24,6 +25,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import llvmlite.binding as llvm
 
 from mneme.errors import CompileError, ConfigurationError
+from mneme.ir.dimscope import rewrite_in_scope
 from mneme.ir.module import kernel_function, new_context, symbol_token
 from mneme.ir.params import ParamInfo, Scalar, canonical_args, ir_constant, kernel_params
 from mneme.ir.target import check_arch
@@ -175,7 +177,7 @@ def _range(lo: int, hi: int) -> str:
     return f"range(i32 {_i32(lo)}, {_i32(hi)}) "
 
 
-def _rewrite_dims(text: str, grid: Dim3, block: Dim3, mode: str) -> str:
+def _rewrite_dims(text: str, kernel: str, grid: Dim3, block: Dim3, mode: str) -> str:
     def repl(m: re.Match) -> str:
         reg, axis = m.group("reg"), _AXES.index(m.group("axis"))
         extent = (block if reg in ("tid", "ntid") else grid)[axis]
@@ -188,7 +190,7 @@ def _rewrite_dims(text: str, grid: Dim3, block: Dim3, mode: str) -> str:
         call = f"i32 @llvm.nvvm.read.ptx.sreg.{reg}.{m.group('axis')}()"
         return f"{lhs}{m.group('tail')}call {_range(lo, hi)}{ret}{call}{rest}"
 
-    return _SREG_CALL.sub(repl, text)
+    return rewrite_in_scope(text, kernel, lambda body: _SREG_CALL.sub(repl, body))
 
 
 def _rewrite_launch_bounds(text: str, kernel: str, max_threads: int, min_blocks: int) -> str:
@@ -231,7 +233,7 @@ def rewrite_ir(
             raise ValueError("specializing arguments needs the kernel function and its parameters")
         text = _rewrite_args(text, kernel, fn, params, spec.args)
     if spec.has_dims:
-        text = _rewrite_dims(text, spec.grid, spec.block, spec.dims_mode)
+        text = _rewrite_dims(text, kernel, spec.grid, spec.block, spec.dims_mode)
     if spec.launch_bounds is not None:
         text = _rewrite_launch_bounds(text, kernel, *spec.launch_bounds)
     if arch is not None:
