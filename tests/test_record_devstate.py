@@ -4,13 +4,14 @@ of a recording that allocate from the heap (mneme.replay.devstate)."""
 
 import json
 from pathlib import Path
+from typing import List
 
 import pytest
 from irutil import bc_dir, compile_cu  # noqa: F401  (fixtures)
 
 from mneme.ir.link import extract_kernel_closure
 from mneme.record.kerneltable import device_state
-from mneme.replay.devstate import heap_kernels
+from mneme.replay.devstate import failure_notes, heap_kernels, with_notes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -51,6 +52,27 @@ def test_replay_failures_name_the_recordings_heap_kernels(tmp_path):
     (tmp_path / "c.json").write_text("not json")
     assert heap_kernels(str(tmp_path / "b.json")) == ["heapFill(float**)"]
     assert heap_kernels(str(tmp_path / "nothere" / "x.json")) == []
+
+
+def test_a_failed_replays_error_opens_with_the_device_state_that_explains_it(tmp_path):
+    """devheap on the H200: heapFill's failed verification (a per-buffer diff of some 700 characters) had its
+    heap note appended last, and the GPU test's 500-character cut (and `mneme track`'s first line) lost it."""
+    from mneme.record.db import RecordedExecution
+
+    def rec(name: str, state: List[str]) -> RecordedExecution:
+        return RecordedExecution("s", name, name, [], [], [], "0x0", 0, {}, extra={"DeviceState": state})
+
+    (tmp_path / "fill.json").write_text(json.dumps({"StaticHash": "f", "DemangledName": "heapFill(float**)",
+                                                    "DeviceState": ["heap"]}))
+    verdict = "not verified: 1 buffer(s) differ (3 buffers)\n" + "\n".join(f"  FAIL blob {i}: " + "x" * 120
+                                                                           for i in range(6))
+    fill = with_notes(verdict, failure_notes(rec("heapFill", ["heap"]), str(tmp_path / "fill.json"), {}))
+    assert "allocates from the device heap" in fill.splitlines()[0] and fill.endswith(verdict)
+    total = with_notes(verdict, failure_notes(rec("heapSum", []), str(tmp_path / "sum.json"), {}))
+    assert "heapFill(float**)" in total[:500] and "device heap" in total.splitlines()[0]
+    limits = with_notes("", failure_notes(rec("k", []), str(tmp_path / "nothere" / "k.json"), {"stack_size": "refused"}))
+    assert limits == "context limit stack_size: refused"
+    assert with_notes(verdict, []) == verdict
 
 
 def test_function_pointer_arguments_and_tables_are_found(bc_dir):

@@ -39,6 +39,7 @@ def built(tmp_path_factory) -> Path:
     (d / "fake").mkdir()
     cc("-fPIC", "-shared", "-o", str(d / "fake" / "libcuda.so.1"), str(DATA / "fake_libcuda.c"))
     cc("-o", str(d / "probe"), str(DATA / "probe.c"), "-ldl")
+    cc("-o", str(d / "direct"), str(DATA / "direct.c"), "-ldl")
     return d
 
 
@@ -190,3 +191,61 @@ def test_plans_are_freed_and_memory_is_read_only_where_valid(built, tmp_path):
     assert records, err[-4000:]
     allocators = [re.findall(r"by 0x[0-9A-F]+: (\S+) \(([^)]*)\)", r)[:1] for r in records]
     assert not [a for a in allocators if a and a[0][1].startswith("graph.c")], err[-6000:]
+
+
+def run_direct(built: Path, tmp_path: Path, *steps: str, table: str = "", retime: int = 0) -> tuple:
+    """tests/data/graph/direct.c's steps under librecord: (the raw log's events, the fake's launch lines)."""
+    raw, calls = tmp_path / "raw", tmp_path / "calls.log"
+    raw.mkdir(parents=True)
+    from mneme.record.runner import find_librecord
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_") and k != "LD_PRELOAD"}
+    env.update(LD_LIBRARY_PATH=str(built / "fake"), LD_PRELOAD=str(find_librecord()), FAKE_LOG=str(calls),
+               MNEME_RECORD_DIR=str(raw), MNEME_VA_BYTES=str(64 << 20), MNEME_RETIME=str(retime),
+               MNEME_RECORD_HOLD="0")
+    if table:
+        (tmp_path / "kernels.tsv").write_text(table)
+        env["MNEME_KERNEL_TABLE"] = str(tmp_path / "kernels.tsv")
+    p = subprocess.run([str(built / "direct"), *steps], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "direct done" in p.stdout, p.stdout + p.stderr
+    (path,) = raw.glob("r0-p*.jsonl")
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    return events, [line for line in calls.read_text().splitlines() if line.startswith("launch ")]
+
+
+def table(scale_state: str) -> str:
+    return "".join(f"K\t{name}\t1\t3\t0:0:8\t-\t{state}\n" for name, state in ((SCALE, scale_state), (OFFSET, "-")))
+
+
+def test_no_kernel_is_rerun_after_the_first_launch_of_a_heap_kernel(built, tmp_path):
+    """devheap on the H200: heapSum, launched after heapFill (DeviceState heap), was rerun 10 times for timing.
+    The heap kernel's table entry was looked up only after the heap check of its first launch."""
+    events, launches = run_direct(built, tmp_path / "heap", "s:2:64", "o:1:64", table=table("heap"), retime=3)
+    insts = {e["k"]: e for e in events if e["ev"] == "inst"}
+    kernels = {e["name"]: e["k"] for e in events if e["ev"] == "kernel"}
+    assert not insts[kernels[OFFSET]].get("rt") and not insts[kernels[SCALE]].get("rt"), insts
+    assert [line.split()[1] for line in launches] == [SCALE, OFFSET], "each kernel ran once: no reruns"
+    # without the heap kernel, offset is rerun as asked (the check above can fail)
+    events, launches = run_direct(built, tmp_path / "noheap", "s:2:64", "o:1:64", table=table("-"), retime=3)
+    assert [line.split()[1] for line in launches] == [SCALE] * 4 + [OFFSET] * 4
+    assert all(len(e["rt"]) == 3 for e in events if e["ev"] == "inst")
+
+
+def test_a_captured_graph_launched_once_after_direct_launches_is_an_instance_of_its_own(built, tmp_path):
+    """record_smoke's step 5 (tests/gpu/data/record_smoke.cu) on the stand-in driver: after direct launches
+    of the kernel and a pinned allocation, one launch captured into a graph, instantiated through
+    "cuGraphInstantiate" at 12000 (cuGraphInstantiateWithFlags' ABI), launched once: recorded at that launch
+    as its own instance (other scalar), the direct launches' instance counted apart."""
+    from mneme.record.rawlog import read_log
+
+    events, launches = run_direct(built, tmp_path, "host", "s:1:4096", "g:0.5:4096", "s:1:4096")
+    assert len(launches) == 3, "each launch ran once"
+    insts = [e for e in events if e["ev"] == "inst"]
+    assert sorted(struct.unpack("<f", bytes.fromhex(e["args"])[8:12])[0] for e in insts) == [0.5, 1.0], insts
+    assert all(e["ptr"] == [[0, 8]] for e in insts), "x is a pointer, (a, n) are not"
+    graphs = [e for e in events if e["ev"] == "graph"]
+    assert [(g["at"], g["nodes"], g["kernels"], "why" in g) for g in graphs] == [("instantiate", 1, 1, False)]
+    (path,) = (tmp_path / "raw").glob("r0-p*.jsonl")
+    log = read_log(path)
+    assert sorted(i.occurrences for i in log.instances.values()) == [1, 2]
+    assert log.stats[SCALE].launches == 3 and log.stats[SCALE].skips == {}

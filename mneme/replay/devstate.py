@@ -4,6 +4,9 @@ malloc/new in device code, recorded as `DeviceState: ["heap"]`) and context limi
 A kernel that reads objects another kernel allocated on the device heap (newdelete's containerFill reads
 the container vectorCreate made with `new`) reads memory no recorded allocation holds; its own IR need not
 call malloc at all. So a failure in a recording whose other kernels use the heap names those kernels.
+
+The notes lead the error (`with_notes`): they are the likely cause, the error (a verdict's per-buffer diff,
+often hundreds of characters) what it did; a reader of the first line, or of a shortened error, sees why.
 """
 
 from __future__ import annotations
@@ -48,3 +51,11 @@ def failure_notes(record: RecordedExecution, record_db: str, limit_problems: Dic
     for name, why in sorted(limit_problems.items()):
         notes.append(f"context limit {name}: {why}")
     return notes
+
+
+def with_notes(error: str, notes: List[str]) -> str:
+    """A failed replay's error with the device-state notes first (the cause), then the error itself."""
+    if not notes:
+        return error
+    head = "; ".join(notes)
+    return f"{head}\n{error}" if error else head

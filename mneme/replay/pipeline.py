@@ -27,7 +27,7 @@ from mneme.ir.appbuild import choose as choose_baseline
 from mneme.record import integrity
 from mneme.record.db import RecordedExecution
 from mneme.record.memstate import written_state
-from mneme.replay.devstate import failure_notes
+from mneme.replay.devstate import failure_notes, with_notes
 from mneme.replay.verify import Verifier
 from mneme.snapshot import Snapshot
 
@@ -402,9 +402,7 @@ class ReplayPipeline:
             r.failed, r.status, r.error = True, "runtime_error", str(e)
             self._safe_reset(mod)
         if r.failed or (r.executed and not r.verified):
-            notes = failure_notes(self.record, self.record_db, self.limit_problems)
-            if notes:
-                r.error = "; ".join([r.error] + notes) if r.error else "; ".join(notes)
+            r.error = with_notes(r.error, failure_notes(self.record, self.record_db, self.limit_problems))
         r.end_time = _now()
         return r
 

@@ -176,7 +176,9 @@ static void count_launch(const gplan *p, int skip) {
     const gnode *n = &p->nodes[i];
     if (n->disabled) continue;
     if (n->child) count_launch(n->child, skip);
-    if (n->type != CU_GRAPH_NODE_TYPE_KERNEL || !n->k || !mn_kernel_selected(n->k)) continue;
+    if (n->type != CU_GRAPH_NODE_TYPE_KERNEL || !n->k) continue;
+    mn_kernel_runs(n->k);
+    if (!mn_kernel_selected(n->k)) continue;
     n->k->launches++;
     n->k->stats_dirty = 1;
     if (skip >= 0) {

@@ -254,7 +254,7 @@ static CUresult on_launch(mn_launch *L) {
   pthread_mutex_lock(&R.mu);
   CUresult r;
   mn_kernel *k = R.exited || !L->f ? NULL : mn_kernel_of(L->f);
-  if (k && k->tab && k->tab->heap) R.heap_live = 1; /* selected or not: the heap now holds the app's objects */
+  if (k) mn_kernel_runs(k); /* binds its table entry first: k->tab is not looked up before this launch */
   if (!k || !mn_kernel_selected(k) || !mn_arena_ready()) {
     pthread_mutex_unlock(&R.mu);
     return mn_fire(L);

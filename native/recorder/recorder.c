@@ -415,13 +415,22 @@ static char *demangle(const char *name) {
   return d;
 }
 
-int mn_kernel_selected(mn_kernel *k) {
-  if (k->selected >= 0) return k->selected;
+const mn_ktab_entry *mn_kernel_entry(mn_kernel *k) {
   if (!k->tab_checked) {
     k->tab_checked = 1;
     k->tab = mn_ktab_find(&R.cfg.ktab, k->name);
   }
-  if (k->tab) {
+  return k->tab;
+}
+
+void mn_kernel_runs(mn_kernel *k) {
+  const mn_ktab_entry *e = mn_kernel_entry(k);
+  if (e && e->heap) R.heap_live = 1;
+}
+
+int mn_kernel_selected(mn_kernel *k) {
+  if (k->selected >= 0) return k->selected;
+  if (mn_kernel_entry(k)) {
     k->selected = k->tab->selected;
   } else if (R.cfg.have_regex) {
     int hit = regexec(&R.cfg.regex, k->name, 0, NULL, 0) == 0;

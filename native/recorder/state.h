@@ -304,6 +304,11 @@ void mn_kernel_add_handle(mn_kernel *k, const void *handle);
 mn_kernel *mn_kernel_by_name(const char *name, int create);
 void mn_kernel_announce(mn_kernel *k);
 int mn_kernel_selected(mn_kernel *k);
+/* The kernel's kernel-table entry (NULL: not in the table), looked up once. */
+const mn_ktab_entry *mn_kernel_entry(mn_kernel *k);
+/* Every launch of k that runs, selected or not and however it runs (a stream launch, a graph's): once a
+ * kernel that allocates from the device heap ran, R.heap_live stops every timing rerun. R.mu held. */
+void mn_kernel_runs(mn_kernel *k);
 void mn_kernel_skip(mn_kernel *k, int why);
 /* The variables the kernel's IR uses that no lookup has shown yet, asked of every loaded library. */
 void mn_resolve_vars(const mn_kernel *k);

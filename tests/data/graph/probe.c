@@ -11,24 +11,11 @@
  * Prints the results and the host-computed expectations. FAKE_LOG (the fake's call log) is marked with the
  * phases ("mark ...") so the test can read which calls each launch made. */
 #define _GNU_SOURCE
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "getproc.h"
+
 #define N 64
-static PFN_cuGetProcAddress_v12000 gpa;
-static void *get(const char *name, int version) {
-  void *p = NULL;
-  CUdriverProcAddressQueryResult st;
-  if (gpa(name, &p, version, 0, &st) != CUDA_SUCCESS || !p) {
-    fprintf(stderr, "no %s\n", name);
-    exit(2);
-  }
-  return p;
-}
 static void mark(const char *what) {
   FILE *f = fopen(getenv("FAKE_LOG"), "a");
   if (f) fprintf(f, "mark %s\n", what), fclose(f);
@@ -43,14 +30,9 @@ static CUresult launch_marked(PFN_cuGraphLaunch_v10000 launch, CUgraphExec e, CU
 static int host_calls;
 static void CUDA_CB on_host(void *data) { (*(int *)data)++; }
 
-#define CHECK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { fprintf(stderr, "%s: %d\n", #x, (int)r_); return 3; } } while (0)
 
 int main(void) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!h) return 1;
-  PFN_cuGetProcAddress_v12000 first = (PFN_cuGetProcAddress_v12000)dlsym(h, "cuGetProcAddress_v2");
-  CUdriverProcAddressQueryResult st;
-  first("cuGetProcAddress", (void **)&gpa, 12000, 0, &st);
+  if (open_driver()) return 1;
   PFN_cuInit_v2000 init = get("cuInit", 2000);
   PFN_cuMemAlloc_v3020 alloc = get("cuMemAlloc", 3020);
   PFN_cuMemcpyHtoD_v3020 htod = get("cuMemcpyHtoD", 3020);
