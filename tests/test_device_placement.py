@@ -11,18 +11,13 @@ import pytest
 from mneme.device.errors import AddressNotGranted
 from mneme.device.placement import HOLD_UNIT, AddressHold, hold_managed, host_mappings, not_placed
 from mneme.snapshot import Space
+from mnemetest import free_range
 
 
 def _free_range(size: int) -> int:
-    """An address (a multiple of HOLD_UNIT) where `size` bytes and a unit beyond are unmapped now: a gap
-    between two of this process's mappings."""
-    with open("/proc/self/maps") as f:
-        maps = sorted(tuple(int(x, 16) for x in line.split()[0].split("-")) for line in f)
-    for (_, hi), (nlo, _) in zip(maps, maps[1:]):
-        start = -(-hi // HOLD_UNIT) * HOLD_UNIT + HOLD_UNIT
-        if start + size + HOLD_UNIT <= nlo:
-            return start
-    pytest.skip("no free address range found in this process")
+    """An address (a multiple of HOLD_UNIT) where `size` bytes are unmapped now: inside a mapping the kernel
+    chose, unmapped again."""
+    return free_range(size, HOLD_UNIT)
 
 
 def _managed(addr: int, size: int):
