@@ -45,3 +45,15 @@ def read_artifact(client, run_id: str, name: str) -> bytes:
 
     with tempfile.TemporaryDirectory(prefix="mneme-test-artifact-") as d:
         return Path(client.download_artifacts(run_id, name, d)).read_bytes()
+
+
+def free_range(size: int, align: int) -> int:
+    """An address (a multiple of `align`) where `size` bytes of this process's address space are unmapped now:
+    inside an anonymous mapping the kernel placed, unmapped again."""
+    import ctypes
+    import mmap
+
+    m = mmap.mmap(-1, size + align)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    m.close()
+    return -(-addr // align) * align

@@ -182,6 +182,35 @@ def test_merge_copies_only_where_source_and_destination_line_up():
     assert merge(kinds, 4096) == [(1008, 5008, 8, D2D), (1000, 5000, 8, HOST)]
 
 
+def test_copies_of_two_objects_never_merge_even_where_they_line_up():
+    # devcounter on the H200: the driver places g_count and g_launches 256 bytes apart (each its own
+    # allocation), the variables' device-side copies are 256 bytes apart too; one merged copy over both was
+    # refused with CUDA_ERROR_INVALID_VALUE ("reset of written bytes")
+    ffi, lib = native()
+    D2D = 0
+    g_count, g_launches = 0x7F0000000000, 0x7F0000000100
+    shadow = 0x7E0000000000
+    copies = [dict(dst=g_launches, src=shadow + 256, length=1, kind=D2D, obj=5),
+              dict(dst=g_count, src=shadow, length=3, kind=D2D, obj=4),
+              dict(dst=g_count + 4, src=shadow + 4, length=2, kind=D2D, obj=4)]
+    arr = ffi.new("mnc_copy[]", copies)
+    n = lib.mnc_merge_copies(arr, len(copies), 4096)
+    assert [(arr[i].dst, arr[i].src, arr[i].length, arr[i].obj) for i in range(n)] == [
+        (g_count, shadow, 6, 4), (g_launches, shadow + 256, 1, 5)]  # within one variable they still merge
+
+
+def test_copy_inside_checks_both_ends_against_the_object():
+    ffi, lib = native()
+    c = ffi.new("mnc_copy *", dict(dst=1000, src=5000, length=8))
+    assert lib.mnc_copy_inside(c, 1000, 5000, 8) == 1
+    assert lib.mnc_copy_inside(c, 992, 4992, 16) == 1
+    assert lib.mnc_copy_inside(c, 1000, 5000, 7) == 0  # past the object's end
+    assert lib.mnc_copy_inside(c, 1001, 5000, 100) == 0  # starts before it
+    assert lib.mnc_copy_inside(c, 1000, 5004, 100) == 0  # source outside its copy
+    big = ffi.new("mnc_copy *", dict(dst=2**64 - 8, src=0, length=16))
+    assert lib.mnc_copy_inside(big, 2**64 - 8, 0, 8) == 0  # no wrap-around
+
+
 # ---- Python planning helpers -------------------------------------------------------------------------------
 
 class _B:

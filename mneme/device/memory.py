@@ -11,7 +11,6 @@ expected one, large buffers on the GPU. What to compare, and how tolerantly, is 
 
 from __future__ import annotations
 
-import os
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from mneme.device.driver import Device, get_device
 from mneme.device.errors import AddressNotGranted, CudaError, check, lib
+from mneme.device.placement import AddressHold, host_regions, managed_spans, not_placed
 from mneme.errors import DeviceError
 from mneme.snapshot import NORMS, Check, CompareResult, Snapshot, Space, _bytes_arg, elem_code
 
@@ -123,43 +123,24 @@ def arena_granularity(device: Optional[Device] = None) -> int:
     return int(out[0])
 
 
-def host_regions(blobs: Iterable[Any], page: Optional[int] = None) -> List[Tuple[int, int]]:
-    """Page-aligned (addr, size) regions covering every pinned-host blob, touching pages merged: the
-    recorder's pinned region and host memory the app registered itself (cudaHostRegister)."""
-    return _cover(blobs, Space.HOST_PINNED, page or os.sysconf("SC_PAGESIZE"))
-
-
-def managed_spans(blobs: Iterable[Any], granularity: int) -> List[Tuple[int, int]]:
-    """Granularity-aligned (addr, size) spans covering every managed-memory blob, touching spans merged:
-    where replay reserves device memory at the recorded addresses (the app's cudaMallocManaged ranges)."""
-    return _cover(blobs, Space.MANAGED, granularity)
-
-
-def _cover(blobs: Iterable[Any], space: Space, unit: int) -> List[Tuple[int, int]]:
-    spans = sorted((b.addr // unit * unit, -(-(b.addr + max(b.size, 1)) // unit) * unit)
-                   for b in blobs if Space(b.space) == space)
-    out: List[List[int]] = []
-    for lo, hi in spans:
-        if out and lo <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [(lo, hi - lo) for lo, hi in out]
-
-
-def _managed_arenas(device: Device, prologue: Any) -> List[Arena]:
-    """Device memory at the recorded addresses of the prologue's managed-memory blobs."""
+def _managed_arenas(device: Device, prologue: Any, holds: Sequence[AddressHold] = ()) -> List[Arena]:
+    """Device memory at the recorded addresses of the prologue's managed-memory blobs; `holds` of those
+    ranges (hold_managed, before the device opened) are released just before each arena takes its range."""
     if not any(Space(b.space) == Space.MANAGED for b in prologue.blobs):
         return []
     out: List[Arena] = []
     try:
         for addr, size in managed_spans(prologue.blobs, arena_granularity(device)):
+            for h in holds:
+                if h.overlaps(addr, size):
+                    h.release()
             try:
                 out.append(Arena(device, addr, size))
             except AddressNotGranted as e:
                 raise AddressNotGranted(
                     f"{prologue.path}: the app's managed memory (cudaMallocManaged) at 0x{addr:x} ({size} bytes) "
-                    f"cannot be placed at its recorded address in this process: {e}") from None
+                    f"cannot be placed at its recorded address in this process: {e}{not_placed(addr, size)}"
+                ) from None
     except BaseException:
         for a in out:
             a.close()
@@ -268,12 +249,14 @@ class ReplayState(_Native):
 
     The device blobs must lie in an `Arena`; managed-memory blobs (the app's cudaMallocManaged ranges)
     get arenas of device memory here, at their recorded addresses (`managed` holds them), so that
-    pointers to them in arguments and in memory stay valid; pinned-host blobs get `HostRegion`s here
+    pointers to them in arguments and in memory stay valid (`holds`: hold_managed's, taken before the
+    device opened, released as the arenas take the ranges); pinned-host blobs get `HostRegion`s here
     (the regions given, else pages around the blobs). The prologue snapshot must stay open while the
     state lives: the state borrows its bytes for `reset_all`."""
 
     def __init__(self, device: Optional[Device], prologue: Any,
-                 regions: Optional[Sequence[Tuple[Address, int]]] = None) -> None:
+                 regions: Optional[Sequence[Tuple[Address, int]]] = None,
+                 holds: Sequence[AddressHold] = ()) -> None:
         device = device or get_device()
         self.device = device
         self.prologue = getattr(prologue, "snapshot", prologue)
@@ -282,7 +265,7 @@ class ReplayState(_Native):
         self.regions: List[HostRegion] = []
         self.managed: List[Arena] = []
         try:
-            self.managed = _managed_arenas(device, self.prologue)
+            self.managed = _managed_arenas(device, self.prologue, holds)
             self.regions = [HostRegion(device, a, n) for a, n in wanted]
             ffi, native = lib()
             out = ffi.new("mnc_state **")

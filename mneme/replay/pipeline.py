@@ -242,7 +242,50 @@ class ReplayPipeline:
     def open(self) -> "ReplayPipeline":
         if self._state is not None:
             return self
-        from mneme.device import Arena, Device, ReplayState
+        from mneme.device import Arena, ReplayState
+
+        holds: list = []
+        try:
+            holds = self._hold_managed()
+            self._open_device()
+            self._arena = Arena(self.device, self.record.vaddr, self.record.va_size)
+            if self._prologue is None:
+                self._prologue = Snapshot.read(self.instance.checked_prologue())
+            self._expected = Snapshot.read(self.instance.checked_epilogue())
+            integrity.check_snapshot_kinds(self._prologue, self._expected, self.record_db)
+            integrity.check_prologue(self.instance, self._prologue, self.record_db, self.instance_attributes)
+            if not self._expected.is_full:
+                self._expected.apply(self._prologue)
+            self._state = ReplayState(self.device, self._prologue, holds=holds)
+            self._open_textures()
+            self.verifier = Verifier(self)
+            blobs, variables = written_state(self._expected, self._prologue)
+            self._written = list(blobs) + [
+                (v.addr + off, n) for v in self._prologue.variables for off, n in variables.get(v.name, [])
+            ]
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            for h in holds:
+                h.release()
+        return self
+
+    def _hold_managed(self) -> list:
+        """Holds of the app's managed-memory ranges (mneme.device.placement), taken before the device opens and
+        the driver maps its own address space; the prologue read for them stays open for open(). A prologue that
+        does not read gets no holds here: open() reports it in its usual order."""
+        from mneme.device.placement import hold_managed
+
+        if self.device is None and self._prologue is None:
+            try:
+                self._prologue = Snapshot.read(self.instance.checked_prologue())
+            except (MnemeError, OSError, ValueError):
+                return []
+        return hold_managed(self._prologue.blobs) if self._prologue is not None else []
+
+    def _open_device(self) -> None:
+        from mneme.device import Device
 
         device_id = 0 if self.device_id is None else int(self.device_id)
         self.device = Device(device_id, timeout=self.settings.timeout)
@@ -255,25 +298,6 @@ class ReplayPipeline:
         limits = self.instance_attributes.get("ContextLimits") or {}
         if limits:  # before any module loads: the heap size cannot change after a kernel that uses malloc ran
             self.limit_problems = self.device.set_limits(limits)
-        try:
-            self._arena = Arena(self.device, self.record.vaddr, self.record.va_size)
-            self._prologue = Snapshot.read(self.instance.checked_prologue())
-            self._expected = Snapshot.read(self.instance.checked_epilogue())
-            integrity.check_snapshot_kinds(self._prologue, self._expected, self.record_db)
-            integrity.check_prologue(self.instance, self._prologue, self.record_db, self.instance_attributes)
-            if not self._expected.is_full:
-                self._expected.apply(self._prologue)
-            self._state = ReplayState(self.device, self._prologue)
-            self._open_textures()
-            self.verifier = Verifier(self)
-            blobs, variables = written_state(self._expected, self._prologue)
-            self._written = list(blobs) + [
-                (v.addr + off, n) for v in self._prologue.variables for off, n in variables.get(v.name, [])
-            ]
-        except BaseException:
-            self.close()
-            raise
-        return self
 
     def close(self) -> None:
         for m in self._modules.values():

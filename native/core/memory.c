@@ -262,16 +262,46 @@ int mnc_arena_destroy(mnc_arena *a) {
   return s;
 }
 
+/* ---- address space kept free for recorded addresses ---- */
+
+/* MNC_E_INVALID unless [addr, addr + size) is whole pages, at least one. */
+static int whole_pages(uint64_t addr, uint64_t size, const char *what) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) page = 4096;
+  if (!size || addr % (uint64_t)page || size % (uint64_t)page)
+    return mnc_fail(MNC_E_INVALID, "%s 0x%llx+%llu must be page-aligned (%ld) and non-empty", what,
+                    (unsigned long long)addr, (unsigned long long)size, page);
+  return 0;
+}
+
+int mnc_va_hold(uint64_t addr, uint64_t size) {
+  MNC_TRY(whole_pages(addr, size, "address hold"));
+  void *want = (void *)(uintptr_t)addr;
+  void *p = mmap(want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == MAP_FAILED)
+    return mnc_fail(errno == EEXIST ? MNC_E_NOT_GRANTED : MNC_E_SYSTEM, "host address 0x%llx+%llu cannot be held: %s",
+                    (unsigned long long)addr, (unsigned long long)size, strerror(errno));
+  if (p != want) { /* a kernel older than 4.17 takes MAP_FIXED_NOREPLACE as a hint */
+    munmap(p, size);
+    return mnc_fail(MNC_E_NOT_GRANTED, "host address 0x%llx+%llu cannot be held: the kernel offered %p",
+                    (unsigned long long)addr, (unsigned long long)size, p);
+  }
+  return 0;
+}
+
+int mnc_va_release(uint64_t addr, uint64_t size) {
+  if (munmap((void *)(uintptr_t)addr, size) != 0)
+    return mnc_fail(MNC_E_SYSTEM, "munmap(0x%llx, %llu) of an address hold: %s", (unsigned long long)addr,
+                    (unsigned long long)size, strerror(errno));
+  return 0;
+}
+
 /* ---- registered host memory at recorded host addresses ---- */
 
 static int region_create(uint64_t addr, uint64_t size, mnc_host_region **out) {
   *out = NULL;
   MNC_TRY(mnc_enter());
-  long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0) page = 4096;
-  if (!size || addr % (uint64_t)page || size % (uint64_t)page)
-    return mnc_fail(MNC_E_INVALID, "host region 0x%llx+%llu must be page-aligned (%ld) and non-empty",
-                    (unsigned long long)addr, (unsigned long long)size, page);
+  MNC_TRY(whole_pages(addr, size, "host region"));
   void *want = (void *)(uintptr_t)addr;
   void *p = mmap(want, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED)

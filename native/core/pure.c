@@ -47,6 +47,7 @@ uint32_t mnc_coalesce_ranges(mn_range *r, uint32_t n, uint64_t gap) {
 static int copy_order(const void *a, const void *b) {
   const mnc_copy *x = a, *y = b;
   if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  if (x->obj != y->obj) return x->obj < y->obj ? -1 : 1;
   if (x->dst != y->dst) return x->dst < y->dst ? -1 : 1;
   return x->length < y->length ? -1 : x->length > y->length;
 }
@@ -64,7 +65,7 @@ uint32_t mnc_merge_copies(mnc_copy *c, uint32_t n, uint64_t gap) {
        * Host copies merge only when they touch: the bytes between two host blobs are not ours. */
       int same_shift = c[i].dst - p->dst == c[i].src - p->src && c[i].src >= p->src;
       uint64_t allowed = c[i].kind == MNC_COPY_HOST ? 0 : gap;
-      if (c[i].kind == p->kind && same_shift && (c[i].dst <= end || c[i].dst - end < allowed)) {
+      if (c[i].kind == p->kind && c[i].obj == p->obj && same_shift && (c[i].dst <= end || c[i].dst - end < allowed)) {
         uint64_t e = c[i].dst + c[i].length;
         if (e > end) p->length = e - p->dst;
         continue;
@@ -73,4 +74,9 @@ uint32_t mnc_merge_copies(mnc_copy *c, uint32_t n, uint64_t gap) {
     c[k++] = c[i];
   }
   return k;
+}
+
+int mnc_copy_inside(const mnc_copy *c, uint64_t dst, uint64_t src, uint64_t size) {
+  return c->length <= size && c->dst >= dst && c->dst - dst <= size - c->length && c->src >= src &&
+         c->src - src <= size - c->length;
 }

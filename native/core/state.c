@@ -1,5 +1,6 @@
 /* The replay memory state: the prologue loaded at its recorded addresses, a device-side copy of it,
  * and the resets between runs. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,6 +126,43 @@ int mnc_state_free(mnc_state *s) {
   return st;
 }
 
+/* Where copy object `obj` of a plan lies: blobs first (slot order), then the module's variables. */
+static void copy_object(const mnc_state *s, const mnc_module *m, uint32_t obj, uint64_t *dst, uint64_t *src,
+                        uint64_t *size, char *name, size_t cap) {
+  if (obj < s->nblobs) {
+    const mnc_blob_slot *b = &s->blobs[obj];
+    *dst = b->rec->addr;
+    *src = b->host ? (uint64_t)(uintptr_t)b->rec->data : s->shadow + b->shadow_off;
+    *size = b->rec->size;
+    snprintf(name, cap, "blob 0x%llx (%llu bytes)", (unsigned long long)b->rec->addr, (unsigned long long)*size);
+  } else {
+    const mnc_var_slot *v = &m->vars[obj - s->nblobs];
+    *dst = v->addr;
+    *src = m->var_shadow + v->shadow_off;
+    *size = v->rec->size;
+    snprintf(name, cap, "variable %s (%llu bytes at 0x%llx in the module)", v->rec->name ? v->rec->name : "?",
+             (unsigned long long)*size, (unsigned long long)v->addr);
+  }
+}
+
+/* Every copy of a plan must stay inside its one object at both ends: the driver refuses a copy over two
+ * allocations, and one past an object's end would overwrite what lies behind it. */
+static int check_plan(const mnc_state *s, const mnc_module *m, const mnc_copy *ops, uint32_t k) {
+  for (uint32_t i = 0; i < k; i++) {
+    uint64_t dst = 0, src = 0, size = 0;
+    char name[512];
+    copy_object(s, m, ops[i].obj, &dst, &src, &size, name, sizeof name);
+    if (!dst || !src || !mnc_copy_inside(&ops[i], dst, src, size))
+      return mnc_fail(MNC_E_INVALID,
+                      "reset plan: the copy of %llu bytes to 0x%llx from 0x%llx leaves %s (source at 0x%llx); the "
+                      "written ranges of %s do not fit this state and module",
+                      (unsigned long long)ops[i].length, (unsigned long long)ops[i].dst,
+                      (unsigned long long)ops[i].src, name, (unsigned long long)src,
+                      s->prologue->path ? s->prologue->path : "the prologue");
+  }
+  return 0;
+}
+
 static int state_plan(mnc_state *s, mnc_module *m, const mn_range *ranges, uint32_t n, uint64_t gap) {
   mnc_copy *ops = n ? calloc(n, sizeof *ops) : NULL;
   if (n && !ops) return mnc_fail(MNC_E_NOMEM, "out of host memory");
@@ -140,11 +178,13 @@ static int state_plan(mnc_state *s, mnc_module *m, const mn_range *ranges, uint3
       ops[k].dst = a;
       ops[k].kind = b->host ? MNC_COPY_HOST : MNC_COPY_D2D;
       ops[k].src = b->host ? (uint64_t)(uintptr_t)(b->rec->data + off) : s->shadow + b->shadow_off + off;
+      ops[k].obj = (uint32_t)(b - s->blobs);
     } else if (v) {
       uint64_t off = a - v->rec->addr;
       ops[k].dst = v->addr + off;
       ops[k].kind = MNC_COPY_D2D;
       ops[k].src = m->var_shadow + v->shadow_off + off;
+      ops[k].obj = s->nblobs + (uint32_t)(v - m->vars);
       uses_vars = 1;
     } else {
       free(ops);
@@ -156,6 +196,11 @@ static int state_plan(mnc_state *s, mnc_module *m, const mn_range *ranges, uint3
     ops[k++].length = len;
   }
   k = mnc_merge_copies(ops, k, gap);
+  int st = check_plan(s, m, ops, k);
+  if (st) {
+    free(ops);
+    return st;
+  }
   free(s->plan);
   s->plan = ops;
   s->nplan = k;
@@ -184,9 +229,15 @@ int mnc_state_enqueue_plan(mnc_state *s) {
     const mnc_copy *c = &s->plan[i];
     if (c->kind == MNC_COPY_HOST)
       memcpy((void *)(uintptr_t)c->dst, (const void *)(uintptr_t)c->src, c->length);
-    else
-      MNC_CU(mnc_cu.cuMemcpyDtoDAsync(c->dst, c->src, c->length, mnc_g.stream),
-             "cuMemcpyDtoDAsync(reset of written bytes)");
+    else {
+      CUresult r = mnc_cu.cuMemcpyDtoDAsync(c->dst, c->src, c->length, mnc_g.stream);
+      if (r != CUDA_SUCCESS) {
+        char what[160];
+        snprintf(what, sizeof what, "cuMemcpyDtoDAsync(reset of written bytes: %llu to 0x%llx from 0x%llx)",
+                 (unsigned long long)c->length, (unsigned long long)c->dst, (unsigned long long)c->src);
+        return mnc_fail_cu(r, what);
+      }
+    }
   }
   return 0;
 }

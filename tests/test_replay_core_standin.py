@@ -1,0 +1,116 @@
+"""The replay core's memory state through a stand-in driver (tests/data/corecuda/fake_libcuda.c: device memory
+is host memory, and a copy must lie inside one allocation at each end, as the driver checks it). devcounter's
+case from the H200: two written __device__ variables that the driver placed 256 bytes apart, each its own
+allocation; the plan once merged their resets into one copy over both, which the driver refused
+(cuMemcpyDtoDAsync(reset of written bytes): CUDA_ERROR_INVALID_VALUE)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mnemetest import ROOT, cc
+
+DATA = Path(__file__).resolve().parent / "data" / "corecuda"
+
+#: runs in a fresh process: the core loads its driver once per process
+SCRIPT = textwrap.dedent("""
+    import struct, sys
+    from mneme.device import Arena, Device, DeviceModule, ReplayState, read, write
+    from mneme.snapshot import Snapshot, SnapshotType, Writer
+
+    tmp = sys.argv[1]
+    dev = Device(0)
+    arena = Arena(dev, 0x200000000000, 4 << 20)
+    out = 0x200000000000 + 4096
+    with Writer(tmp + "/p.prologue", SnapshotType.PROLOGUE) as w:
+        w.blob(out, bytes(range(256)) * 4)
+        w.variable("g_count", 0x7F0000000000, struct.pack("<Q", 1000))
+        w.variable("g_launches", 0x7F0000000100, struct.pack("<I", 7))
+        w.args([struct.pack("<Q", out)])
+    pro = Snapshot.read(tmp + "/p.prologue")
+    state = ReplayState(dev, pro)
+    mod = DeviceModule.from_cubin(b"stand-in module", dev)
+    mod.load_variables(pro)
+    (c_addr, _), (l_addr, _) = mod.global_address("g_count"), mod.global_address("g_launches")
+    print("layout", l_addr - c_addr)
+    # what the kernel wrote: g_count's low bytes, g_launches' first byte, two ranges of the blob
+    written = [(0x7F0000000000, 3), (0x7F0000000100, 1), (out + 10, 4), (out + 600, 8)]
+    copies, nbytes = state.plan_resets(written, mod)
+    print("plan", copies, nbytes)
+    write(c_addr, struct.pack("<Q", 0xFFFFFFFFFFFF))
+    write(l_addr, struct.pack("<I", 0xABCD))
+    write(out + 10, b"\\xee" * 598)  # between and inside the written ranges
+    state.reset_written(None, mod)
+    print("g_count", struct.unpack("<Q", read(c_addr, 8))[0])
+    print("g_launches", hex(struct.unpack("<I", read(l_addr, 4))[0]))
+    print("blob", read(out, 1024) == bytes(range(256)) * 4)
+""")
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("corecuda")
+    cc("-fPIC", "-shared", "-o", str(d / "libcuda.so.1"), str(DATA / "fake_libcuda.c"))
+    return d / "libcuda.so.1"
+
+
+def test_resets_of_two_neighbouring_variables_are_two_copies_and_restore_both(standin, tmp_path):
+    env = dict(os.environ, MNEME_LIBCUDA=str(standin), FAKE_GLOBALS="g_count:8,g_launches:4")
+    p = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines())
+    assert lines["layout"] == "256", "the stand-in places the variables as the driver did on the H200"
+    # one copy per variable, one for the blob (its two ranges are closer than the merge gap): 3 + 1 + 598 bytes
+    assert lines["plan"] == "3 602", p.stdout
+    assert lines["g_count"] == str(0x0000FFFFFF0003E8)  # its three written bytes came back from the prologue
+    assert lines["g_launches"] == hex(0xAB07)  # only the written byte comes back from the prologue
+    assert lines["blob"] == "True"
+
+
+MANAGED = textwrap.dedent("""
+    import sys
+    from mneme.device import AddressNotGranted, Arena, Device, ReplayState
+    from mneme.device.placement import AddressHold, hold_managed
+    from mneme.snapshot import Snapshot, SnapshotType, Space, Writer
+
+    sys.path.insert(0, "tests")
+    from mnemetest import free_range
+
+    tmp, addr = sys.argv[1], free_range(2 << 20, 2 << 20)
+    print("addr", hex(addr))
+    with Writer(tmp + "/m.prologue", SnapshotType.PROLOGUE) as w:
+        w.blob(addr + 64, b"\\x01" * 256, Space.MANAGED)
+        w.args([])
+    pro = Snapshot.read(tmp + "/m.prologue")
+    holds = hold_managed(pro.blobs)  # before the device opens
+    print("held", [(hex(h.addr), h.size) for h in holds])
+    dev = Device(0)
+    state = ReplayState(dev, pro, holds=holds)
+    print("placed", hex(state.managed[0].base), [h.held for h in holds])
+    state.close()
+    squatter = AddressHold(addr, 2 << 20)  # stands in for a library the process mapped there
+    try:
+        ReplayState(dev, pro)
+    except AddressNotGranted as e:
+        print("refused", str(e).split(": the app's managed memory")[1])
+""")
+
+
+def test_managed_memory_is_placed_where_the_hold_kept_its_range_and_a_taken_range_names_the_mapping(standin,
+                                                                                                   tmp_path):
+    p = subprocess.run([sys.executable, "-c", MANAGED, str(tmp_path)], cwd=ROOT, capture_output=True,
+                       env=dict(os.environ, MNEME_LIBCUDA=str(standin)), text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines())
+    addr = int(lines["addr"], 0)
+    assert lines["held"] == str([(hex(addr), 2 << 20)])
+    assert lines["placed"] == f"{hex(addr)} [False]", "the hold was released just before the arena took the range"
+    assert f"at {hex(addr)} (2097152 bytes)" in lines["refused"] and "this process maps there: " in lines["refused"]
+    assert f"{addr:x}-{addr + (2 << 20):x} ---p" in lines["refused"], lines["refused"]
