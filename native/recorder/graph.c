@@ -255,14 +255,17 @@ int mn_graph_build(gplan *p, CUgraph g, int depth) {
   if (r != CUDA_SUCCESS) goto fail;
   nodes = calloc(n + 1, sizeof *nodes);
   if (!nodes) goto oom;
-  if ((r = G.getNodes(g, nodes, &n)) != CUDA_SUCCESS) goto fail;
+  /* the driver refuses arrays with a count of 0 (invalid argument: on the H200, every graph without edges) */
+  if (n && (r = G.getNodes(g, nodes, &n)) != CUDA_SUCCESS) goto fail;
   r = G.getEdges2 ? G.getEdges2(g, NULL, NULL, NULL, &ne) : G.getEdges(g, NULL, NULL, &ne);
   if (r != CUDA_SUCCESS) goto fail;
   from = calloc(ne + 1, sizeof *from);
   to = calloc(ne + 1, sizeof *to);
   if (!from || !to) goto oom;
   /* edge data (programmatic dependencies) only loosen the order: a sequential run satisfies them */
-  if (G.getEdges2) {
+  if (!ne) {
+    r = CUDA_SUCCESS;
+  } else if (G.getEdges2) {
     CUgraphEdgeData *data = calloc(ne + 1, sizeof *data);
     if (!data) goto oom;
     r = G.getEdges2(g, from, to, data, &ne);

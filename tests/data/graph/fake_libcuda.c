@@ -149,6 +149,7 @@ static CUresult f_add_mem_alloc(CUgraphNode *out, CUgraph g, const CUgraphNode *
 }
 static CUresult f_get_nodes(CUgraph g, CUgraphNode *nodes, size_t *n) {
   fgraph *G = (fgraph *)g;
+  if (nodes && !*n) return CUDA_ERROR_INVALID_VALUE; /* as the H200's driver: an array with a count of 0 */
   if (nodes)
     for (int i = 0; i < G->n && (size_t)i < *n; i++) nodes[i] = (CUgraphNode)G->nodes[G->n - 1 - i];
   *n = (size_t)G->n;
@@ -156,6 +157,8 @@ static CUresult f_get_nodes(CUgraph g, CUgraphNode *nodes, size_t *n) {
 }
 static CUresult f_get_edges2(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *data, size_t *n) {
   fgraph *G = (fgraph *)g;
+  /* the H200's driver refuses edge arrays with a count of 0: a graph without edges failed to read there */
+  if ((from || to) && !*n) return CUDA_ERROR_INVALID_VALUE;
   for (int i = 0; from && i < G->ne && (size_t)i < *n; i++) {
     from[i] = (CUgraphNode)G->nodes[G->from[i]];
     to[i] = (CUgraphNode)G->nodes[G->to[i]];
