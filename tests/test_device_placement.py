@@ -68,9 +68,11 @@ def test_host_mappings_reads_the_overlapping_lines():
     assert host_mappings(0x7F3304400000, 4096, maps) == []
 
 
-def test_replay_holds_the_managed_ranges_before_the_device_opens_and_frees_them_when_open_fails(tmp_path, monkeypatch):
-    # the managed example on the H200: the first pipeline of a process could not place the app's managed memory
-    # at 0x7f3304000000, the driver offered another address; the range is now held from before the device opens
+def test_replay_leaves_the_managed_ranges_to_the_driver_when_the_device_opens(tmp_path, monkeypatch):
+    # Holding the app's managed ranges before the device opened was tried on the H200 (2026-12-03) and made it
+    # worse: every managed replay failed ("no host mapping overlaps it"; the driver offered the range next door),
+    # where fresh `mneme replay` processes without holds had placed it. The driver lays out its own address space
+    # at init; a hole punched into it moves that layout. The pipeline therefore takes no holds.
     import shutil
 
     from mnemetest import FIXTURES
@@ -105,6 +107,5 @@ def test_replay_holds_the_managed_ranges_before_the_device_opens_and_frees_them_
     monkeypatch.setenv("MNEME_LIBCUDA", str(tmp_path / "no-libcuda.so.1"))  # no driver, wherever this runs
     with pytest.raises(DeviceError, match="no NVIDIA driver"):
         pipe.open()
-    assert seen["maps"] and all(" ---p " in f" {line} " for line in seen["maps"]), seen
-    assert host_mappings(addr, HOLD_UNIT) == [], "the failed open released the hold"
-    assert pipe._prologue is None, "and closed the prologue it read for it"
+    assert seen["maps"] == [], seen  # nothing of ours sat in the app's managed range when the driver started
+    assert host_mappings(addr, HOLD_UNIT) == []

@@ -3,8 +3,9 @@ granules around managed-memory blobs, and holds that keep the managed ranges fre
 
 The app's managed memory (cudaMallocManaged) lies where the recording process's driver put it, in the host's
 mmap area (0x7f...), which this process's libraries and the driver's own address space may cover by chance
-(the kernel randomizes where the mmap area starts). `hold_managed` keeps those ranges free from before the
-device opens; `host_mappings` says what lies there when a range cannot be had.
+(the kernel randomizes where the mmap area starts). `host_mappings` says what lies there when a range cannot
+be had. `hold_managed` keeps ranges free, but the replay pipeline does not use it: held from before the device
+opened, on the H200 (2026-12-03) every managed replay then failed, the driver's own layout moved by the hole.
 """
 
 from __future__ import annotations

@@ -244,9 +244,7 @@ class ReplayPipeline:
             return self
         from mneme.device import Arena, ReplayState
 
-        holds: list = []
         try:
-            holds = self._hold_managed()
             self._open_device()
             self._arena = Arena(self.device, self.record.vaddr, self.record.va_size)
             if self._prologue is None:
@@ -256,7 +254,7 @@ class ReplayPipeline:
             integrity.check_prologue(self.instance, self._prologue, self.record_db, self.instance_attributes)
             if not self._expected.is_full:
                 self._expected.apply(self._prologue)
-            self._state = ReplayState(self.device, self._prologue, holds=holds)
+            self._state = ReplayState(self.device, self._prologue)
             self._open_textures()
             self.verifier = Verifier(self)
             blobs, variables = written_state(self._expected, self._prologue)
@@ -266,23 +264,7 @@ class ReplayPipeline:
         except BaseException:
             self.close()
             raise
-        finally:
-            for h in holds:
-                h.release()
         return self
-
-    def _hold_managed(self) -> list:
-        """Holds of the app's managed-memory ranges (mneme.device.placement), taken before the device opens and
-        the driver maps its own address space; the prologue read for them stays open for open(). A prologue that
-        does not read gets no holds here: open() reports it in its usual order."""
-        from mneme.device.placement import hold_managed
-
-        if self.device is None and self._prologue is None:
-            try:
-                self._prologue = Snapshot.read(self.instance.checked_prologue())
-            except (MnemeError, OSError, ValueError):
-                return []
-        return hold_managed(self._prologue.blobs) if self._prologue is not None else []
 
     def _open_device(self) -> None:
         from mneme.device import Device
