@@ -229,13 +229,18 @@ def _shape(ty: str) -> Tuple[Tuple[int, ...], int]:
     return dims, n * size
 
 
-def _tid_axes_of(body: str, tile: str) -> str:
-    """threadIdx axes that reach an address derived from the shared global `tile` in one function."""
+def _defs(body: str) -> Dict[str, str]:
+    """One function's SSA values: name -> the instruction that defines it (metadata attachments dropped)."""
     defs: Dict[str, str] = {}
     for line in body.splitlines():
         m = _DEF_LINE.match(line)
         if m:
-            defs[m.group(1)] = m.group(2)
+            defs[m.group(1)] = m.group(2).split(", !")[0]
+    return defs
+
+
+def _tid_axes_of(defs: Dict[str, str], tile: str) -> str:
+    """threadIdx axes that reach an address derived from the shared global `tile` in one function (`_defs`)."""
     token = "@" + tile
     derived: Set[str] = set()
     changed = True
@@ -274,14 +279,9 @@ _SCALE = re.compile(r"^(mul|shl)\b[^%]*?(%" + _NAME + r"), (%" + _NAME + r"|-?\d
 _CAST = ("zext", "sext", "trunc")
 
 
-def _block_scales(body: str) -> Tuple[Dict[str, str], Set[str]]:
-    """In one function: (axis -> what blockIdx.axis is multiplied by, when not derived from blockDim.axis;
-    axes whose blockIdx is multiplied by a value derived from their blockDim)."""
-    defs: Dict[str, str] = {}
-    for line in body.splitlines():
-        m = _DEF_LINE.match(line)
-        if m:
-            defs[m.group(1)] = m.group(2).split(", !")[0]
+def _block_scales(defs: Dict[str, str]) -> Tuple[Dict[str, str], Set[str]]:
+    """In one function (`_defs`): (axis -> what blockIdx.axis is multiplied by, when not derived from
+    blockDim.axis; axes whose blockIdx is multiplied by a value derived from their blockDim)."""
     sreg: Dict[str, Tuple[str, str]] = {}  # name -> (reg, axis), through integer casts
     for name, rhs in defs.items():
         m = _SREG.search(rhs)
@@ -364,13 +364,14 @@ def analyze_text(text: str, kernel: str, analyzed: str = "as given") -> LaunchFa
     if kernel not in bodies:
         raise MnemeError(f"launch analysis: kernel {kernel!r} has no definition in the module")
     funcs = _reachable(bodies, kernel)
+    defs = {f: _defs(bodies[f]) for f in funcs}  # each function's values, read once for the slices below
     reads: Dict[str, Set[str]] = {r: set() for r in ("tid", "ntid", "ctaid", "nctaid")}
     cluster, coop = None, False
     scale: Dict[str, str] = {}
     by_ntid: Set[str] = set()
     for f in funcs:
         body = bodies[f]
-        const, scaled = _block_scales(body)
+        const, scaled = _block_scales(defs[f])
         for axis, what in const.items():
             scale.setdefault(axis, what)
         by_ntid |= scaled
@@ -386,7 +387,7 @@ def analyze_text(text: str, kernel: str, analyzed: str = "as given") -> LaunchFa
         shape, size = _shape(m.group(2))
         if not shape:
             continue
-        axes = "".join(sorted(set("".join(_tid_axes_of(bodies[f], m.group(1)) for f in funcs))))
+        axes = "".join(sorted(set("".join(_tid_axes_of(defs[f], m.group(1)) for f in funcs))))
         used = any(re.search("@" + re.escape(m.group(1)) + r"\b", bodies[f]) for f in funcs)
         if used:
             tiles.append(SharedTile(name, shape, size, "".join(a for a in AXES if a in axes)))
