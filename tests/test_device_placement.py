@@ -1,6 +1,6 @@
-"""Placement of recorded memory without a GPU: the holds that keep the app's managed-memory ranges free in
-the replay process until their arenas take them (mneme.device.placement), and what the process has mapped
-where a range cannot be had."""
+"""Placement of recorded memory without a GPU (mneme.device.placement): the reservation windows around the
+app's managed-memory spans, the holds that stand for a library mapped at a range, and what the process has
+mapped where a range cannot be had."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from mneme.device.errors import AddressNotGranted
-from mneme.device.placement import HOLD_UNIT, AddressHold, hold_managed, host_mappings, not_placed
+from mneme.device.placement import HOLD_UNIT, AddressHold, host_mappings, managed_spans, managed_windows, not_placed
 from mneme.snapshot import Space
 from mnemetest import free_range
 
@@ -20,7 +20,7 @@ def _free_range(size: int) -> int:
     return free_range(size, HOLD_UNIT)
 
 
-def _managed(addr: int, size: int):
+def _managed(addr: int, size: int):  # a blob as managed_spans reads it
     return SimpleNamespace(addr=addr, size=size, space=int(Space.MANAGED))
 
 
@@ -40,22 +40,22 @@ def test_a_hold_keeps_the_range_mapped_without_access_until_released():
     assert "no host mapping of this process overlaps it" in not_placed(addr, HOLD_UNIT)
 
 
-def test_hold_managed_holds_each_free_span_and_skips_a_taken_one():
-    addr = _free_range(8 * HOLD_UNIT)
-    taken = AddressHold(addr + 4 * HOLD_UNIT, HOLD_UNIT)  # stands in for a library mapped there
-    try:
-        blobs = [_managed(addr + 100, 4096), _managed(addr + HOLD_UNIT - 8, 16),  # one span of 2 units
-                 _managed(addr + 4 * HOLD_UNIT + 64, 64),                          # inside the taken unit
-                 SimpleNamespace(addr=addr + 6 * HOLD_UNIT, size=64, space=int(Space.DEVICE))]  # not managed
-        holds = hold_managed(blobs)
-        try:
-            assert [(h.addr, h.size) for h in holds] == [(addr, 2 * HOLD_UNIT)]
-            assert holds[0].overlaps(addr + HOLD_UNIT, 1) and not holds[0].overlaps(addr + 2 * HOLD_UNIT, 1)
-        finally:
-            for h in holds:
-                h.release()
-    finally:
-        taken.release()
+def test_managed_spans_group_into_windows_each_backed_from_its_first_to_its_last_span():
+    mb = 1 << 20
+    base = 0x7F2000000000  # a multiple of 64 MB
+    blobs = [_managed(base + 6 * mb + 64, 256), _managed(base + 8 * mb + 8, 64),   # one 4 MB span
+             _managed(base + 40 * mb, 3 * mb),                                      # same 64 MB window
+             _managed(base + 64 * mb - 4096, 8192),                                 # straddles two windows
+             _managed(base + 300 * mb, 16),                                         # a window of its own
+             SimpleNamespace(addr=base + 200 * mb, size=64, space=int(Space.DEVICE))]  # not managed
+    spans = managed_spans(blobs, 2 * mb)
+    assert spans == [(base + 6 * mb, 4 * mb), (base + 40 * mb, 4 * mb), (base + 62 * mb, 4 * mb),
+                     (base + 300 * mb, 2 * mb)]
+    assert managed_windows(spans, 64 * mb) == [
+        (base, 128 * mb, base + 6 * mb, 60 * mb),           # the straddling span joins the first window's group
+        (base + 256 * mb, 64 * mb, base + 300 * mb, 2 * mb)]
+    assert managed_windows(spans, 1 << 30) == [(base, 1 << 30, base + 6 * mb, 296 * mb)]
+    assert managed_windows([], 64 * mb) == []
 
 
 def test_host_mappings_reads_the_overlapping_lines():

@@ -76,24 +76,27 @@ def test_resets_of_two_neighbouring_variables_are_two_copies_and_restore_both(st
 
 MANAGED = textwrap.dedent("""
     import sys
-    from mneme.device import AddressNotGranted, Arena, Device, ReplayState
-    from mneme.device.placement import AddressHold, hold_managed
+    from mneme.device import AddressNotGranted, Device, ReplayState, read, write
+    from mneme.device.placement import AddressHold
     from mneme.snapshot import Snapshot, SnapshotType, Space, Writer
 
     sys.path.insert(0, "tests")
     from mnemetest import free_range
 
-    tmp, addr = sys.argv[1], free_range(2 << 20, 2 << 20)
-    print("addr", hex(addr))
+    tmp, window = sys.argv[1], free_range(64 << 20, 64 << 20)
+    addr = window + (6 << 20)  # a span inside a 64 MB window, not at its start
+    print("window", hex(window))
     with Writer(tmp + "/m.prologue", SnapshotType.PROLOGUE) as w:
         w.blob(addr + 64, b"\\x01" * 256, Space.MANAGED)
+        w.blob(addr + (2 << 20) + 8, b"\\x02" * 64, Space.MANAGED)  # the next granule: one span with the first
         w.args([])
     pro = Snapshot.read(tmp + "/m.prologue")
-    holds = hold_managed(pro.blobs)  # before the device opens
-    print("held", [(hex(h.addr), h.size) for h in holds])
     dev = Device(0)
-    state = ReplayState(dev, pro, holds=holds)
-    print("placed", hex(state.managed[0].base), [h.held for h in holds])
+    state = ReplayState(dev, pro)
+    (a,) = state.managed
+    print("placed", hex(a.base), a.size, a.window and (hex(a.window[0]), a.window[1]))
+    write(addr + 64, b"\\x05" * 4)
+    print("rw", read(addr + 64, 8).hex(), read(addr + (2 << 20) + 8, 2).hex())
     state.close()
     squatter = AddressHold(addr, 2 << 20)  # stands in for a library the process mapped there
     try:
@@ -103,14 +106,22 @@ MANAGED = textwrap.dedent("""
 """)
 
 
-def test_managed_memory_is_placed_where_the_hold_kept_its_range_and_a_taken_range_names_the_mapping(standin,
-                                                                                                   tmp_path):
-    p = subprocess.run([sys.executable, "-c", MANAGED, str(tmp_path)], cwd=ROOT, capture_output=True,
-                       env=dict(os.environ, MNEME_LIBCUDA=str(standin)), text=True, timeout=120)
+@pytest.mark.parametrize("pooled", [False, True], ids=["hint-granted", "small-reservations-pooled"])
+def test_managed_memory_is_placed_at_its_recorded_address_and_a_taken_range_names_the_mapping(standin, tmp_path,
+                                                                                              pooled):
+    env = dict(os.environ, MNEME_LIBCUDA=str(standin))
+    if pooled:  # the H200's driver: a 2 MB reservation lands elsewhere, a 64 MB one where asked
+        env["FAKE_RESERVE_HINT_MIN"] = str(32 << 20)
+    p = subprocess.run([sys.executable, "-c", MANAGED, str(tmp_path)], cwd=ROOT, capture_output=True, env=env,
+                       text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     lines = dict(line.split(" ", 1) for line in p.stdout.splitlines())
-    addr = int(lines["addr"], 0)
-    assert lines["held"] == str([(hex(addr), 2 << 20)])
-    assert lines["placed"] == f"{hex(addr)} [False]", "the hold was released just before the arena took the range"
-    assert f"at {hex(addr)} (2097152 bytes)" in lines["refused"] and "this process maps there: " in lines["refused"]
-    assert f"{addr:x}-{addr + (2 << 20):x} ---p" in lines["refused"], lines["refused"]
+    window = int(lines["window"], 0)
+    addr = window + (6 << 20)
+    want_window = (hex(window), 64 << 20) if pooled else None
+    assert lines["placed"] == f"{hex(addr)} {4 << 20} {want_window}", p.stdout
+    assert lines["rw"] == "0505050501010101 0202", "the blobs' memory is backed and written where recorded"
+    refused = lines["refused"]
+    assert f"2 span(s) from {hex(addr)}" not in refused and f"1 span(s) from {hex(addr)}" in refused, refused
+    assert "exact spans: " in refused and "64 MB windows: " in refused and "1024 MB windows: " in refused, refused
+    assert "this process maps there: " in refused and f"{addr:x}-{addr + (2 << 20):x} ---p" in refused, refused

@@ -19,7 +19,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from mneme.device.driver import Device, get_device
 from mneme.device.errors import AddressNotGranted, CudaError, check, lib
-from mneme.device.placement import AddressHold, host_regions, managed_spans, not_placed
+from mneme.device.placement import MANAGED_WINDOWS, host_regions, managed_spans, managed_windows, not_placed
 from mneme.errors import DeviceError
 from mneme.snapshot import NORMS, Check, CompareResult, Snapshot, Space, _bytes_arg, elem_code
 
@@ -78,13 +78,19 @@ class _Native:
 
 class Arena(_Native):
     """Device memory reserved and backed at exactly [vaddr, vaddr + vasize) (rounded up to the
-    allocation granularity); AddressNotGranted when the driver offers another address."""
+    allocation granularity); AddressNotGranted when the driver offers another address. `window`
+    (base, size): reserve that larger range instead and back only the arena inside it."""
 
-    def __init__(self, device: Optional[Device], vaddr: Address, vasize: int) -> None:
+    def __init__(self, device: Optional[Device], vaddr: Address, vasize: int,
+                 window: Optional[Tuple[int, int]] = None) -> None:
         self.device = device or get_device()
         ffi, native = lib()
         out = ffi.new("mnc_arena **")
-        check(native.mnc_arena_create(_address(vaddr), int(vasize), out))
+        if window is None:
+            check(native.mnc_arena_create(_address(vaddr), int(vasize), out))
+        else:
+            check(native.mnc_arena_create_within(_address(vaddr), int(vasize), int(window[0]), int(window[1]), out))
+        self.window = window
         base, size = ffi.new("uint64_t *"), ffi.new("uint64_t *")
         check(native.mnc_arena_size(out[0], base, size))
         self.base, self.size = int(base[0]), int(size[0])
@@ -123,29 +129,30 @@ def arena_granularity(device: Optional[Device] = None) -> int:
     return int(out[0])
 
 
-def _managed_arenas(device: Device, prologue: Any, holds: Sequence[AddressHold] = ()) -> List[Arena]:
-    """Device memory at the recorded addresses of the prologue's managed-memory blobs; `holds` of those
-    ranges (hold_managed, before the device opened) are released just before each arena takes its range."""
+def _managed_arenas(device: Device, prologue: Any) -> List[Arena]:
+    """Device memory at the recorded addresses of the prologue's managed-memory blobs: the exact spans, else
+    (not granted) each group of spans inside a reserved window of MANAGED_WINDOWS' sizes in turn."""
     if not any(Space(b.space) == Space.MANAGED for b in prologue.blobs):
         return []
-    out: List[Arena] = []
-    try:
-        for addr, size in managed_spans(prologue.blobs, arena_granularity(device)):
-            for h in holds:
-                if h.overlaps(addr, size):
-                    h.release()
-            try:
-                out.append(Arena(device, addr, size))
-            except AddressNotGranted as e:
-                raise AddressNotGranted(
-                    f"{prologue.path}: the app's managed memory (cudaMallocManaged) at 0x{addr:x} ({size} bytes) "
-                    f"cannot be placed at its recorded address in this process: {e}{not_placed(addr, size)}"
-                ) from None
-    except BaseException:
-        for a in out:
-            a.close()
-        raise
-    return out
+    spans = managed_spans(prologue.blobs, arena_granularity(device))
+    tried: List[str] = []
+    for unit in (None, *MANAGED_WINDOWS):
+        placed = [(a, n, a, n) for a, n in spans] if unit is None else managed_windows(spans, unit)
+        out: List[Arena] = []
+        try:
+            for wbase, wsize, addr, size in placed:
+                out.append(Arena(device, addr, size, None if unit is None else (wbase, wsize)))
+            return out
+        except AddressNotGranted as e:
+            tried.append(f"{'exact spans' if unit is None else f'{unit >> 20} MB windows'}: {e}"
+                         f"{not_placed(wbase, wsize)}")
+        finally:
+            if len(out) != len(placed):
+                for a in out:
+                    a.close()
+    raise AddressNotGranted(
+        f"{prologue.path}: the app's managed memory (cudaMallocManaged, {len(spans)} span(s) from 0x{spans[0][0]:x}) "
+        "cannot be placed at its recorded addresses in this process; tried " + "; ".join(tried))
 
 
 #: one check of a verification plan: the very class the CPU side plans with
@@ -249,14 +256,12 @@ class ReplayState(_Native):
 
     The device blobs must lie in an `Arena`; managed-memory blobs (the app's cudaMallocManaged ranges)
     get arenas of device memory here, at their recorded addresses (`managed` holds them), so that
-    pointers to them in arguments and in memory stay valid (`holds`: hold_managed's, taken before the
-    device opened, released as the arenas take the ranges); pinned-host blobs get `HostRegion`s here
+    pointers to them in arguments and in memory stay valid; pinned-host blobs get `HostRegion`s here
     (the regions given, else pages around the blobs). The prologue snapshot must stay open while the
     state lives: the state borrows its bytes for `reset_all`."""
 
     def __init__(self, device: Optional[Device], prologue: Any,
-                 regions: Optional[Sequence[Tuple[Address, int]]] = None,
-                 holds: Sequence[AddressHold] = ()) -> None:
+                 regions: Optional[Sequence[Tuple[Address, int]]] = None) -> None:
         device = device or get_device()
         self.device = device
         self.prologue = getattr(prologue, "snapshot", prologue)
@@ -265,7 +270,7 @@ class ReplayState(_Native):
         self.regions: List[HostRegion] = []
         self.managed: List[Arena] = []
         try:
-            self.managed = _managed_arenas(device, self.prologue, holds)
+            self.managed = _managed_arenas(device, self.prologue)
             self.regions = [HostRegion(device, a, n) for a, n in wanted]
             ffi, native = lib()
             out = ffi.new("mnc_state **")

@@ -1,11 +1,13 @@
 """Where recorded memory is placed in the replay process: the host pages around pinned-host blobs, the
-granules around managed-memory blobs, and holds that keep the managed ranges free until their arenas take them.
+granules around managed-memory blobs and the reservation windows around those.
 
 The app's managed memory (cudaMallocManaged) lies where the recording process's driver put it, in the host's
-mmap area (0x7f...), which this process's libraries and the driver's own address space may cover by chance
-(the kernel randomizes where the mmap area starts). `host_mappings` says what lies there when a range cannot
-be had. `hold_managed` keeps ranges free, but the replay pipeline does not use it: held from before the device
-opened, on the H200 (2026-12-03) every managed replay then failed, the driver's own layout moved by the hole.
+mmap area (0x7f...). On the H200 (driver 580.159.04, 2026-12-03) a 2 MB cuMemAddressReserve there was granted
+elsewhere in 10 of 12 fresh processes (the driver serves small reservations from its own pools), while a
+64 MB one at the 64 MB-aligned address around it was granted where asked in all 12: `managed_windows` gives
+the windows replay reserves when the exact spans are refused. `host_mappings` says what lies at a range that
+still cannot be had. Holding the ranges on the host before the device opened (`AddressHold`) made every
+placement fail there, so replay takes no holds.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any, Iterable, List, Optional, Tuple
 from mneme.device.errors import AddressNotGranted, check, lib
 from mneme.snapshot import Space
 
-__all__ = ["HOLD_UNIT", "AddressHold", "hold_managed", "host_mappings", "host_regions", "managed_spans", "not_placed"]
+__all__ = ["HOLD_UNIT", "MANAGED_WINDOWS", "AddressHold", "host_mappings", "host_regions", "managed_spans",
+           "managed_windows", "not_placed"]
 
 
 def host_regions(blobs: Iterable[Any], page: Optional[int] = None) -> List[Tuple[int, int]]:
@@ -32,6 +35,24 @@ def managed_spans(blobs: Iterable[Any], granularity: int) -> List[Tuple[int, int
     return _cover(blobs, Space.MANAGED, granularity)
 
 
+#: the window sizes replay reserves around managed spans, in turn, when the exact spans are not granted
+MANAGED_WINDOWS = (64 << 20, 1 << 30)
+
+
+def managed_windows(spans: Iterable[Tuple[int, int]], unit: int) -> List[Tuple[int, int, int, int]]:
+    """(window base, window size, backed base, backed size) per group of `spans` whose `unit`-aligned windows
+    touch: one reservation per window, backed from its first span's start to its last span's end."""
+    out: List[List[int]] = []
+    for addr, size in sorted(spans):
+        lo, hi = addr // unit * unit, -(-(addr + size) // unit) * unit
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+            out[-1][3] = max(out[-1][3], addr + size)
+        else:
+            out.append([lo, hi, addr, addr + size])
+    return [(lo, hi - lo, a, b - a) for lo, hi, a, b in out]
+
+
 def _cover(blobs: Iterable[Any], space: Space, unit: int) -> List[Tuple[int, int]]:
     spans = sorted((b.addr // unit * unit, -(-(b.addr + max(b.size, 1)) // unit) * unit)
                    for b in blobs if Space(b.space) == space)
@@ -44,15 +65,15 @@ def _cover(blobs: Iterable[Any], space: Space, unit: int) -> List[Tuple[int, int
     return [(lo, hi - lo) for lo, hi in out]
 
 
-#: managed spans are held in units of this before a device is open (then the device's granularity rules)
+#: the unit of address holds (the H200's allocation granularity)
 HOLD_UNIT = 2 << 20
 
 
 class AddressHold:
     """Host address space kept free at [addr, addr + size) (an inaccessible mapping without memory) until
     `release()`: the app's managed memory lay in the host's mmap area (0x7f...), where this process's own
-    libraries and the driver's address space may land by chance; held before the device opens, the range
-    is still free when its arena is placed. AddressNotGranted when something lives there already."""
+    libraries and the driver's address space may land by chance. Replay takes none (see the module's text);
+    tests use it to stand for a library mapped there. AddressNotGranted when something lives there already."""
 
     def __init__(self, addr: int, size: int) -> None:
         _, native = lib()
@@ -73,18 +94,6 @@ class AddressHold:
 
     def __repr__(self) -> str:
         return f"AddressHold(0x{self.addr:x}, {self.size}{'' if self.held else ', released'})"
-
-
-def hold_managed(blobs: Iterable[Any], unit: int = HOLD_UNIT) -> List[AddressHold]:
-    """Holds of the spans of every managed-memory blob that are free now; a span that is not free gets
-    none (placing its arena then says what is there)."""
-    out = []
-    for addr, size in managed_spans(blobs, unit):
-        try:
-            out.append(AddressHold(addr, size))
-        except AddressNotGranted:
-            pass
-    return out
 
 
 def host_mappings(addr: int, size: int, maps: Optional[str] = None) -> List[str]:

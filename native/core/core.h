@@ -122,8 +122,10 @@ extern mnc_process mnc_g;
 
 /* Registry of arenas and host regions, to check that blobs land in memory we own. */
 struct mnc_arena {
-  CUdeviceptr base;
+  CUdeviceptr base; /* backed with device memory: [base, base + size) */
   uint64_t size;
+  CUdeviceptr va_base; /* reserved: [va_base, va_base + va_size), which holds the backed range */
+  uint64_t va_size;
   CUmemGenericAllocationHandle handle;
   struct mnc_arena *next;
 };

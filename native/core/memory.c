@@ -128,7 +128,7 @@ static int arena_release(struct mnc_arena *a, int mapped, int reserved) {
   if (mapped && (r = mnc_cu.cuMemUnmap(a->base, a->size)) != CUDA_SUCCESS) s = mnc_fail_cu(r, "cuMemUnmap(arena)");
   if (a->handle && (r = mnc_cu.cuMemRelease(a->handle)) != CUDA_SUCCESS && !s)
     s = mnc_fail_cu(r, "cuMemRelease(arena)");
-  if (reserved && (r = mnc_cu.cuMemAddressFree(a->base, a->size)) != CUDA_SUCCESS && !s)
+  if (reserved && (r = mnc_cu.cuMemAddressFree(a->va_base, a->va_size)) != CUDA_SUCCESS && !s)
     s = mnc_fail_cu(r, "cuMemAddressFree(arena)");
   return s;
 }
@@ -160,7 +160,7 @@ int mnc_arena_granularity(uint64_t *out) {
   return s;
 }
 
-static int arena_create(uint64_t vaddr, uint64_t vasize, mnc_arena **out) {
+static int arena_create(uint64_t vaddr, uint64_t vasize, uint64_t wbase, uint64_t wsize, mnc_arena **out) {
   *out = NULL;
   MNC_TRY(mnc_enter());
   if (!vasize) return mnc_fail(MNC_E_INVALID, "arena size is 0 (the record DB's VASize)");
@@ -171,35 +171,42 @@ static int arena_create(uint64_t vaddr, uint64_t vasize, mnc_arena **out) {
   if (vaddr % gran)
     return mnc_fail(MNC_E_NOT_GRANTED, "arena address 0x%llx is not a multiple of the allocation granularity %zu",
                     (unsigned long long)vaddr, gran);
+  uint64_t size = (vasize + gran - 1) / gran * gran;
+  if (!wsize) wbase = vaddr, wsize = size;
+  if (wbase % gran || wsize % gran || vaddr < wbase || size > wsize || vaddr - wbase > wsize - size)
+    return mnc_fail(MNC_E_INVALID, "arena 0x%llx+%llu does not lie in its window 0x%llx+%llu of granularity multiples",
+                    (unsigned long long)vaddr, (unsigned long long)size, (unsigned long long)wbase,
+                    (unsigned long long)wsize);
   for (struct mnc_arena *a = mnc_arenas; a; a = a->next)
-    if (vaddr < a->base + a->size && a->base < vaddr + vasize)
+    if (wbase < a->va_base + a->va_size && a->va_base < wbase + wsize)
       return mnc_fail(MNC_E_INVALID, "arena 0x%llx+%llu overlaps the live arena 0x%llx+%llu",
-                      (unsigned long long)vaddr, (unsigned long long)vasize, (unsigned long long)a->base,
-                      (unsigned long long)a->size);
+                      (unsigned long long)wbase, (unsigned long long)wsize, (unsigned long long)a->va_base,
+                      (unsigned long long)a->va_size);
   struct mnc_arena *a = calloc(1, sizeof *a);
   if (!a) return mnc_fail(MNC_E_NOMEM, "out of host memory for the arena");
-  a->size = (vasize + gran - 1) / gran * gran;
+  a->size = size;
+  a->va_size = wsize;
   CUdeviceptr got = 0;
-  CUresult r = mnc_cu.cuMemAddressReserve(&got, a->size, 0, vaddr, 0);
+  CUresult r = mnc_cu.cuMemAddressReserve(&got, wsize, 0, wbase, 0);
   if (r != CUDA_SUCCESS) {
     char what[128];
-    snprintf(what, sizeof what, "cuMemAddressReserve(0x%llx, %llu bytes) for the arena", (unsigned long long)vaddr,
-             (unsigned long long)a->size);
+    snprintf(what, sizeof what, "cuMemAddressReserve(0x%llx, %llu bytes) for the arena", (unsigned long long)wbase,
+             (unsigned long long)wsize);
     int s = mnc_fail_cu(r, what);
     free(a);
     return s;
   }
-  if (got != vaddr) {
-    uint64_t size = a->size;
-    mnc_cu.cuMemAddressFree(got, size);
+  if (got != wbase) {
+    mnc_cu.cuMemAddressFree(got, wsize);
     free(a);
     return mnc_fail(MNC_E_NOT_GRANTED,
-                    "address 0x%llx not granted for the arena (%llu bytes): the driver offered 0x%llx; something "
-                    "else in this process already uses that range (replay in a fresh process, or record again "
-                    "with another VA base)",
-                    (unsigned long long)vaddr, (unsigned long long)size, (unsigned long long)got);
+                    "address 0x%llx not granted for the arena (%llu bytes reserved): the driver offered 0x%llx; "
+                    "something else in this process already uses that range (replay in a fresh process, or record "
+                    "again with another VA base)",
+                    (unsigned long long)wbase, (unsigned long long)wsize, (unsigned long long)got);
   }
-  a->base = got;
+  a->va_base = got;
+  a->base = vaddr;
   if ((r = mnc_cu.cuMemCreate(&a->handle, a->size, &prop, 0)) != CUDA_SUCCESS) {
     int s = mnc_fail_cu(r, "cuMemCreate(arena backing)");
     a->handle = 0;
@@ -233,7 +240,15 @@ static int arena_create(uint64_t vaddr, uint64_t vasize, mnc_arena **out) {
 
 int mnc_arena_create(uint64_t vaddr, uint64_t vasize, mnc_arena **out) {
   mnc_lock();
-  int s = arena_create(vaddr, vasize, out);
+  int s = arena_create(vaddr, vasize, 0, 0, out);
+  mnc_unlock();
+  return s;
+}
+
+int mnc_arena_create_within(uint64_t vaddr, uint64_t vasize, uint64_t wbase, uint64_t wsize, mnc_arena **out) {
+  mnc_lock();
+  int s = wsize ? arena_create(vaddr, vasize, wbase, wsize, out)
+                : mnc_fail(MNC_E_INVALID, "arena window size is 0");
   mnc_unlock();
   return s;
 }

@@ -3,7 +3,7 @@
  * inside ONE allocation (cuMemAlloc, a mapped cuMemCreate, a module variable), else CUDA_ERROR_INVALID_VALUE.
  * Module variables are placed as the driver does under lazy loading: each its own allocation, 256-byte
  * aligned, one after another in the order cuModuleGetGlobal first asks for them; FAKE_GLOBALS names them
- * ("g_count:8,g_launches:4"). No kernel runs (cuModuleGetFunction answers NOT_FOUND). */
+ * ("g_count:8,g_launches:4"); FAKE_RESERVE_HINT_MIN makes small reservations land elsewhere. No kernel runs (cuModuleGetFunction answers NOT_FOUND). */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <stdint.h>
@@ -65,8 +65,12 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms
 static CUresult gran(size_t *g, const CUmemAllocationProp *p, CUmemAllocationGranularity_flags f) {
   (void)p; (void)f; *g = 2u << 20; return CUDA_SUCCESS;
 }
+/* FAKE_RESERVE_HINT_MIN (bytes): a smaller reservation ignores its address, as the H200's driver (580.159.04)
+ * served 2 MB ones from its own pools while it granted 64 MB ones where asked */
 static CUresult reserve(CUdeviceptr *got, size_t size, size_t align, CUdeviceptr want, unsigned long long f) {
   (void)align; (void)f;
+  const char *min = getenv("FAKE_RESERVE_HINT_MIN");
+  if (min && size < strtoull(min, NULL, 0)) want = 0;
   void *p = mmap((void *)(uintptr_t)want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   *got = (CUdeviceptr)(uintptr_t)p;
