@@ -43,7 +43,7 @@ def built(tmp_path_factory) -> Path:
     return d
 
 
-def run_probe(built: Path, tmp_path: Path, record: bool = True, wrap=()) -> tuple:
+def run_probe(built: Path, tmp_path: Path, record: bool = True, wrap=(), **extra_env: str) -> tuple:
     from mneme.record.runner import find_librecord
 
     raw, calls = tmp_path / "raw", tmp_path / "calls.log"
@@ -53,6 +53,7 @@ def run_probe(built: Path, tmp_path: Path, record: bool = True, wrap=()) -> tupl
     if record:
         env.update(MNEME_RECORD_DIR=str(raw), MNEME_VA_BYTES=str(64 << 20), MNEME_HOST_BYTES=str(16 << 20),
                    MNEME_RETIME="0")
+    env.update(extra_env)
     p = subprocess.run([*wrap, str(built / "probe")], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     out = dict(kv.split("=") for kv in p.stdout.split())
@@ -172,6 +173,32 @@ def test_the_dbs_count_every_launch_of_a_graph(built, tmp_path):
     assert sorted(i.occ for i in offset.values()) == [1, 2, 2, 3]
     assert not scale.extra.get("UnsupportedLaunches") and offset.extra["UnsupportedLaunches"] == {"graph_opaque": 2}
     assert "2 launched in a CUDA graph the recorder cannot run node by node" in p.stdout, p.stdout
+
+
+def test_a_kernel_reading_a_graphs_allocation_outside_the_graph_is_reported_not_recorded_without_it(built,
+                                                                                                    tmp_path):
+    """cuda-samples graphMemoryNodes: validateGPU, a stream launch, reads memory a graph's allocation node
+    allocated. That memory is the driver's and not snapshotted; recorded without it, the replay faulted
+    (illegal address, H200). The recorder notes each allocation node's range at instantiation."""
+    from mneme.record.rawlog import read_log
+
+    out, calls, raw, _ = run_probe(built, tmp_path, PROBE_GRAPHMEM="1")
+    gm = out["graphmem"]
+    assert calls["graphmem"] == [launch(SCALE, gm, 4.0)], calls["graphmem"]  # the app's launch still runs
+    (path,) = raw.glob("r0-p*.jsonl")
+    log = read_log(path)
+    assert log.complete and not log.errors, log.errors
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    (inst,) = [e for e in events if e["ev"] == "inst" and e["args"] == args(gm, 4.0)]
+    assert inst["foreign"] == [[0, 4]], inst  # argument offset 0, kind 4: a graph's memory
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_") and k != "LD_PRELOAD"}
+    env.update(LD_LIBRARY_PATH=str(built / "fake"), FAKE_LOG=str(tmp_path / "calls2.log"), PROBE_GRAPHMEM="1")
+    p = run_mneme("record", "-rdb", tmp_path / "db", "--va-size", "0.0625", "--retime", "0", "--", built / "probe",
+                  env=env)
+    assert "bad=0" in p.stdout, p.stdout
+    assert ("argument 0 points into memory a CUDA graph's memory allocation node allocated (cudaGraphAddMemAllocNode"
+            in p.stdout + p.stderr), p.stdout + p.stderr
 
 
 def test_without_recording_the_graphs_are_the_drivers(built, tmp_path):

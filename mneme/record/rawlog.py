@@ -43,6 +43,8 @@ FOREIGN_TEXT = {
        "or I/O memory, which replay cannot place",
     2: "pinned host memory outside the recorder's fixed region",
     3: "device memory outside the recorder's arena (another device, or the arena was full: record again with a larger --va-size)",
+    4: "memory a CUDA graph's memory allocation node allocated (cudaGraphAddMemAllocNode, or cudaMallocAsync "
+       "captured into a graph), which the recorder does not snapshot",
 }
 
 #: memory outside the arena whose contents every snapshot holds, so replay places it at the recorded

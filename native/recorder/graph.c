@@ -39,6 +39,7 @@ int mn_graph_load(void) {
   GET(memsetParams, "cuGraphMemsetNodeGetParams", 10000);
   GET(hostParams, "cuGraphHostNodeGetParams", 10000);
   GET(childGraph, "cuGraphChildGraphNodeGetGraph", 10000);
+  GET(memAllocParams, "cuGraphMemAllocNodeGetParams", 11040);
   GET(recordEvent, "cuGraphEventRecordNodeGetEvent", 11010);
   GET(waitEvent, "cuGraphEventWaitNodeGetEvent", 11010);
   GET(memcpy3DAsync, "cuMemcpy3DAsync", 3020);
@@ -213,6 +214,17 @@ static void node_fill(gplan *p, gnode *n, CUgraphNode node, int depth) {
       }
       mn_graph_build(n->child, cg, depth + 1);
       if (n->child->why[0]) mn_graph_opaque(p, n->child->why_skip, n->child->why);
+      return;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      /* The allocation's address is fixed for the graph's life, and kernels outside the graph may use it
+       * until it is freed (cuda-samples graphMemoryNodes' validateGPU); it is not snapshotted, so a launch
+       * that receives a pointer into it is reported rather than recorded without that memory. */
+      CUDA_MEM_ALLOC_NODE_PARAMS ap;
+      memset(&ap, 0, sizeof ap);
+      if (G.memAllocParams && G.memAllocParams(node, &ap) == CUDA_SUCCESS && ap.dptr && ap.bytesize)
+        mn_foreign_note(ap.dptr, ap.bytesize, MN_FOREIGN_GRAPH_MEMORY);
+      mn_graph_opaque(p, MN_SKIP_GRAPH_OPAQUE, "the graph has a memory allocation node");
       return;
     }
     default:

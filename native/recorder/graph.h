@@ -18,6 +18,7 @@ typedef struct mn_gdrv {
   PFN_cuGraphMemsetNodeGetParams_v10000 memsetParams;
   PFN_cuGraphHostNodeGetParams_v10000 hostParams;
   PFN_cuGraphChildGraphNodeGetGraph_v10000 childGraph;
+  PFN_cuGraphMemAllocNodeGetParams_v11040 memAllocParams; /* optional: notes the allocation as foreign */
   PFN_cuGraphEventRecordNodeGetEvent_v11010 recordEvent;
   PFN_cuGraphEventWaitNodeGetEvent_v11010 waitEvent;
   PFN_cuMemcpy3DAsync_v3020 memcpy3DAsync;

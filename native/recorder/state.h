@@ -121,7 +121,10 @@ typedef struct mn_gvar {
  * memory it snapshots instead); a kernel receiving a pointer into it cannot be replayed. The raw log
  * carries the kind's number (mneme/record/rawlog.py FOREIGN_TEXT says what it is; MN_FOREIGN_MANAGED
  * only when the managed-memory table ran out of host memory). */
-enum mn_foreign_kind { MN_FOREIGN_MANAGED, MN_FOREIGN_HOST_REGISTERED, MN_FOREIGN_PINNED_OUTSIDE, MN_FOREIGN_OTHER_DEVICE };
+enum mn_foreign_kind {
+  MN_FOREIGN_MANAGED, MN_FOREIGN_HOST_REGISTERED, MN_FOREIGN_PINNED_OUTSIDE, MN_FOREIGN_OTHER_DEVICE,
+  MN_FOREIGN_GRAPH_MEMORY /* a graph's memory allocation node (graph.c notes it at instantiation) */
+};
 typedef struct mn_foreign { uint64_t addr, size; int kind; } mn_foreign;
 
 /* A texture or surface object alive now, with the descriptors it was created from. */

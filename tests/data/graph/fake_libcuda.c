@@ -75,6 +75,7 @@ typedef struct fnode {
   void *argp[3];
   CUDA_MEMCPY3D copy;
   CUDA_HOST_NODE_PARAMS host;
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc;
 } fnode;
 typedef struct fgraph {
   fnode *nodes[32];
@@ -144,6 +145,7 @@ static CUresult f_add_mem_alloc(CUgraphNode *out, CUgraph g, const CUgraphNode *
   static char pool[1 << 16];
   if (p->bytesize > sizeof pool) return CUDA_ERROR_OUT_OF_MEMORY;
   p->dptr = (CUdeviceptr)(uintptr_t)pool;
+  n->alloc = *p;
   *out = (CUgraphNode)n;
   return CUDA_SUCCESS;
 }
@@ -187,6 +189,12 @@ static CUresult f_memcpy_params(CUgraphNode node, CUDA_MEMCPY3D *c) {
 }
 static CUresult f_host_params(CUgraphNode node, CUDA_HOST_NODE_PARAMS *h) {
   *h = ((fnode *)node)->host;
+  return CUDA_SUCCESS;
+}
+
+static CUresult f_mem_alloc_params(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+  if (((fnode *)node)->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) return CUDA_ERROR_INVALID_VALUE;
+  *p = ((fnode *)node)->alloc;
   return CUDA_SUCCESS;
 }
 
@@ -459,6 +467,7 @@ static const struct { const char *name; void *fn; } table[] = {
     {"cuGraphKernelNodeGetParams", (void *)f_kernel_params},
     {"cuGraphMemcpyNodeGetParams", (void *)f_memcpy_params},
     {"cuGraphHostNodeGetParams", (void *)f_host_params},
+    {"cuGraphMemAllocNodeGetParams", (void *)f_mem_alloc_params},
     {"cuGraphInstantiate", (void *)f_instantiate},
     {"cuGraphInstantiateWithFlags", (void *)f_instantiate},
     {"cuGraphExecDestroy", (void *)f_exec_destroy},

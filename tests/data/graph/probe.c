@@ -7,7 +7,9 @@
  *     same shape with scale(x, 3) and offset(y, 7), launched twice; then offset's b set to 9 through the
  *     original graph's node handle, launched once;
  *   graph B (stream capture): scale(z, 3) captured on a stream, launched twice;
- *   graph C: offset(w, 1) and a memory allocation node, launched twice.
+ *   graph C: offset(w, 1) and a memory allocation node, launched twice; with PROBE_GRAPHMEM set, then
+ *     scale(the graph's allocation, 4) on a stream, as cuda-samples graphMemoryNodes' validateGPU reads
+ *     the graph's memory outside it.
  * Prints the results and the host-computed expectations. FAKE_LOG (the fake's call log) is marked with the
  * phases ("mark ...") so the test can read which calls each launch made. */
 #define _GNU_SOURCE
@@ -170,6 +172,13 @@ int main(void) {
     for (int i = 0; i < N; i++) ew[i] += 1.0f;
   }
   CHECK(xdestroy(ec));
+  if (getenv("PROBE_GRAPHMEM")) {
+    float four = 4.0f; /* a new instance: pointers are masked from the key */
+    void *pg[] = {&ap.dptr, &four, &n};
+    mark("graphmem");
+    CHECK(klaunch((CUfunction)0x1000, 1, 1, 1, N, 1, 1, 0, s, pg, NULL));
+    printf("graphmem=%llu ", (unsigned long long)ap.dptr);
+  }
   mark("end");
 
   CHECK(dtoh(hx, xs, sizeof hx));
