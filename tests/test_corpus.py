@@ -601,3 +601,11 @@ def test_a_failed_recorded_run_is_named_with_the_recorders_own_error_line():
     assert miss.endswith("(the recorder: the recorded launch failed: _Z15containerDelete: unspecified launch failure)")
     cmerge.fold_record(app, {"app_ok_recorded": True, "record_log": ""}, {})
     assert app["record_cause"] is None, "a later good run clears the cause"
+
+
+def test_a_replay_reason_names_its_status_once_and_drops_the_cli_prefix():
+    assert render.short_reason("replay runtime_error: refused: the CUDA context is unusable") == \
+        "replay runtime_error: refused: the CUDA context is unusable"
+    assert render.short_reason("replay error: mneme replay: error: /a/b/x.prologue: no such file") == \
+        "replay error: x.prologue: no such file"
+    assert render.short_reason("mneme tune: error: no trials") == "no trials"

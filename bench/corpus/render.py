@@ -67,8 +67,8 @@ def short_reason(text: Any) -> str:
     dropped, at most
     SHORT_REASON_CHARS (cut at a word, marked `…`)."""
     s = str(text)
-    m = re.match(r"^(replay \w+: )", s)
-    s = (m.group(1) if m else "") + _PREFIX.sub("", s)
+    head = m.group(1) if (m := re.match(r"^(replay \w+: )", s)) else ""
+    s = head + _PREFIX.sub("", s[len(head):])
     s = _HASH.sub(r"\1…", _PATH.sub(r"\1", s))
     if len(s) > SHORT_REASON_CHARS:
         cut = s.rfind(" ", 0, SHORT_REASON_CHARS)
