@@ -332,3 +332,27 @@ def test_cuda_arch_list_is_clangs(tmp_path):
     assert ir.returncode == 0, ir.stderr
     lines = ir.stdout.splitlines()
     assert f"#define __CUDA_ARCH_LIST__ {cuda_arch_list(archs)}" in lines and "#define __CUDA_ARCH__ 750" in lines
+
+
+def test_ir_arch_picks_the_replay_gpus_architecture_from_a_multi_arch_build(tmp_path):
+    """The IR is compiled for one architecture. A build for 75 ... 120 (the cuda-samples CMakeLists) once
+    embedded sm_75's: CUB's Onesweep kernel there has __launch_bounds__(256), while the app on the H200 ran
+    sm_90's, launched with 384 threads, and the replay of the sm_75 IR was refused (invalid argument).
+    MNEME_IR_ARCH names the GPU; the IR is for that architecture, or the highest of the build below it."""
+    from mneme.cc.cc import ir_arch
+
+    assert ir_arch(["sm_75", "sm_80", "sm_90", "sm_100"]) == "sm_75"
+    assert ir_arch(["sm_75", "sm_80", "sm_90", "sm_100"], "sm_90") == "sm_90"
+    assert ir_arch(["sm_75", "sm_80", "sm_100"], "90") == "sm_80"  # as the runtime picks a cubin
+    assert ir_arch(["sm_90a", "sm_75"], "sm_90") == "sm_90a"
+    assert ir_arch(["sm_100"], "sm_90") == "sm_100"  # nothing below: the build's first
+    (tmp_path / "arch.cu").write_text("__global__ void which(int *o) {\n#ifdef __CUDA_ARCH__\n  *o = __CUDA_ARCH__;\n"
+                                      "#endif\n}\n")
+    flags = ["-gencode", "arch=compute_75,code=sm_75", "-gencode", "arch=compute_90,code=sm_90", "-c", "arch.cu"]
+    nvcc(*flags, "-o", "first.o", cwd=tmp_path)
+    nvcc(*flags, "-o", "h200.o", cwd=tmp_path, env=dict(os.environ, MNEME_IR_ARCH="sm_90"))
+    for obj, arch, value in (("first.o", "sm_75", 750), ("h200.o", "sm_90", 900)):
+        (m,) = read_embedded(tmp_path / obj)
+        text = str(parse_module(m.bitcode))
+        assert m.arch == arch and m.meta["build"]["arch"] == arch and m.meta["build"]["archs"] == ["sm_75", "sm_90"]
+        assert f"store i32 {value}" in text and f'"target-cpu"="{arch}"' in text, text[-1500:]

@@ -68,8 +68,11 @@ def libcuda_stub(where: Path) -> Path:
     return where
 
 
-def build_env(scratch: Path) -> Dict[str, str]:
+def build_env(scratch: Path, arch: str = DEFAULT_ARCH) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NVCC", "CUDA_ARCH", "CUDACXX", "MAKEFLAGS")}
+    # a build file that fixes its own architectures (the cuda-samples CMakeLists: 75 ... 120) still gets
+    # its IR for the GPU the campaign runs on: CUB's kernels differ per architecture
+    env.setdefault("MNEME_IR_ARCH", f"sm_{arch.removeprefix('sm_')}")
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
     if not has_libcuda():
         stub = libcuda_stub(scratch / "libcuda-stub")
@@ -124,7 +127,7 @@ def build_app(app: App, budget: stage.Budget, corpus: Path, nvcc: str, arch: str
     shutil.copytree(corpus, work, symlinks=True)
     cwd = work / app.path
     limit = budget.cap(timeout)
-    p = stage.run([app.build_script(nvcc, arch)], timeout=limit, cwd=cwd, env=build_env(scratch), shell=True)
+    p = stage.run([app.build_script(nvcc, arch)], timeout=limit, cwd=cwd, env=build_env(scratch, arch), shell=True)
     if p.timed_out and limit < timeout:
         return {"budget_cut": True}
     binary = cwd / app.binary

@@ -35,6 +35,24 @@ class BuildError(MnemeError):
         self.returncode = returncode
 
 
+def _arch_number(arch: str) -> int:
+    digits = "".join(c for c in arch.split("_")[-1] if c.isdigit())
+    return int(digits) if digits else -1
+
+
+def ir_arch(archs: Sequence[str], wanted: Optional[str] = None) -> str:
+    """The one architecture of `archs` the embedded IR is compiled for: the first, unless `wanted`
+    (MNEME_IR_ARCH: `sm_90` or `90`, the GPU replay will run on) names one of them or lies above some;
+    then that one, or the highest below it, as the CUDA runtime picks a cubin for that GPU. Code that
+    depends on __CUDA_ARCH__ (CUB's and Thrust's tuning policies: block sizes, __launch_bounds__) differs
+    between the architectures, and replay runs what the IR says."""
+    if not wanted:
+        return archs[0]
+    want = _arch_number(wanted)
+    below = [a for a in archs if 0 <= _arch_number(a) <= want]
+    return max(below, key=_arch_number) if below else archs[0]
+
+
 class Driver:
     """Runs one `mneme cc` invocation: passes through, compiles (and embeds), or compiles and links."""
 
@@ -43,9 +61,11 @@ class Driver:
         self.tc = tc
         self.verbose = verbose
         self.archs = inv.archs or [os.environ.get("MNEME_CUDA_ARCH", DEFAULT_ARCH)]
+        #: the architecture the embedded IR is compiled for (MNEME_IR_ARCH picks it from a multi-arch build)
+        self.ir_arch = ir_arch(self.archs, os.environ.get("MNEME_IR_ARCH"))
         self.env = tc.env()
         #: the device-code settings of this build, stored in the embedded IR's metadata ("build")
-        self.build = {**build_settings(inv), "arch": self.archs[0], "archs": list(self.archs)}
+        self.build = {**build_settings(inv), "arch": self.ir_arch, "archs": list(self.archs)}
 
     # ---- running commands ------------------------------------------------------------------------
     def _show(self, cmd: Sequence[str]) -> None:
@@ -106,7 +126,7 @@ class Driver:
             if self.inv.is_rdc:
                 cmd.append(self.ptxas_wrapper(tmp))  # after the user's --ptxas-path, which it runs
             bc = os.path.join(tmp, "device.bc")
-            ir_cmd = [self.tc.clang] + self.tc.ir_flags(self.archs[0], self.archs) + self.inv.ir_flags() + cuid
+            ir_cmd = [self.tc.clang] + self.tc.ir_flags(self.ir_arch, self.archs) + self.inv.ir_flags() + cuid
             ir_cmd += [src.path, "-o", bc]
             self._show(ir_cmd)
             ir_proc = subprocess.Popen(ir_cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -149,7 +169,7 @@ class Driver:
         meta = {
             "name": src.path,
             "source": os.path.abspath(src.path),
-            "arch": self.archs[0],
+            "arch": self.ir_arch,
             "rdc": self.inv.is_rdc,
             "cwd": os.getcwd(),
             "flags": self.inv.ir_flags(),

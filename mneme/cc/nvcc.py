@@ -82,7 +82,7 @@ class NvccDriver:
             args = self.tr.cuda_args() + ["-c", src.path, "-o", obj]
             inv = cmdline.parse(args)
             drv = Driver(inv, self.tc, self.verbose)
-            drv.build = {**self.cmd.device_settings(), "arch": drv.archs[0], "archs": list(drv.archs)}
+            drv.build = {**self.cmd.device_settings(), "arch": drv.ir_arch, "archs": list(drv.archs)}
             drv._show = self.show  # nvcc's "#$ " style
             if self.cmd.dryrun:
                 self.show([self.tc.clang] + args)
