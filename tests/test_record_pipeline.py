@@ -590,3 +590,33 @@ def test_symbol_references_split_a_module_at_its_top_level_definitions():
     assert refs == {"g": set(), "tab": {"f"}, "q.x": set(), "f": {"g"}, "k": {"f", "q.x"}}
     assert reachable_symbols(refs, "k") == {"k", "f", "g", "q.x"}
     assert reachable_symbols(refs, "tab") == {"tab", "f", "g"}, "an initializer's function pointer is followed"
+
+
+@pytest.mark.parametrize("ir_arch", ["", "sm_90"], ids=["first-arch-ir", "MNEME_IR_ARCH"])
+def test_ir_of_another_architecture_than_the_app_ran_is_a_warning_naming_the_fix(tmp_path, ir_arch):
+    """A build for sm_75 and sm_90 embeds sm_75's IR by default; the app ran sm_90's code on the H200, and
+    code that tests __CUDA_ARCH__ differs (radixSortThrust's CUB kernel: 256 vs 384 threads)."""
+    (tmp_path / "app.cu").write_text(APP_SOURCE)
+    env = dict(os.environ, MNEME_IR_ARCH=ir_arch) if ir_arch else {k: v for k, v in os.environ.items()
+                                                                    if k != "MNEME_IR_ARCH"}
+    p = subprocess.run([sys.executable, "-m", "mneme.cli", "cc", "-O2", "--cuda-gpu-arch=sm_75",
+                        "--cuda-gpu-arch=sm_90", "-o", str(tmp_path / "app"), str(tmp_path / "app.cu")],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    idx = IRIndex()
+    assert idx.add_file(tmp_path / "app") == 1
+    raw = tmp_path / ".raw-1"
+    run = RawRun(raw, tmp_path / "app")
+    a1, params, masked = scale_args(BASE, 256)
+    run.instance(SCALE, a1, params, masked, bytes(1024), bytes(1024), t_ns=10_000)
+    run.kstat(SCALE, 1, 1, 1)
+    run.exit()
+    out = postprocess(raw, tmp_path / "db", index=idx)
+    said = [w for w in out.warnings if "MNEME_IR_ARCH" in w]
+    if ir_arch:
+        assert not said, out.warnings
+        assert only_db(tmp_path / "db").extra["BuildSettings"]["arch"] == "sm_90"
+    else:
+        (w,) = said
+        assert "its IR was compiled for sm_75, but the app ran sm_90's code of its build (sm_75, sm_90)" in w, w
+        assert w.endswith("Rebuild with MNEME_IR_ARCH=sm_90 and record again"), w

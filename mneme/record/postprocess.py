@@ -412,6 +412,7 @@ class _Writer:
         for key in ("gpu", "sm", "driver", "runtime"):
             prov.setdefault(key, first.get(key))
         prov["runs"] = runs
+        self._check_ir_arch(prov.get("sm"))
         if self.db is not None and self.db.va_size and vasize:
             vasize = max(vasize, self.db.va_size)
         db = RecordedExecution(
@@ -434,6 +435,25 @@ class _Writer:
         )
         db.to_json(str(self.path))
         return db, new, reasons
+
+
+    def _check_ir_arch(self, sm: object) -> None:
+        """Warns when the IR is for another architecture of the app's build than the one the app ran
+        (MNEME_IR_ARCH, docs/CC.md): code that tests __CUDA_ARCH__ differs, CUB's policies among it."""
+        from mneme.cc.cc import ir_arch
+
+        build = self.ir.build if self.ir is not None else {}
+        archs, have = list(build.get("archs") or []), build.get("arch")
+        if not sm or not have or len(archs) < 2:
+            return
+        gpu = str(sm) if str(sm).startswith("sm_") else f"sm_{sm}"
+        best = ir_arch(archs, gpu)
+        if best != have:
+            self.warnings.append(
+                f"{self.ir.demangled}: its IR was compiled for {have}, but the app ran {best}'s code of its build "
+                f"({', '.join(archs)}) on this {gpu} GPU; code that tests __CUDA_ARCH__ (CUB's and Thrust's "
+                f"policies: block sizes, launch bounds) differs in replay. Rebuild with MNEME_IR_ARCH={gpu} "
+                "and record again")
 
 
 def _demangle(name: str) -> str:
