@@ -28,10 +28,10 @@ def rows_of(program: str, source: str, apply: Dict[str, Any]) -> List[Dict[str, 
 
 
 def gain(predicted: Optional[float], realized: Optional[float]) -> Optional[float]:
-    """(realized - 1) / (predicted - 1): the share of the predicted gain the app saw."""
-    if predicted is None or realized is None or abs(predicted - 1.0) < 1e-9:
-        return None
-    return (realized - 1.0) / (predicted - 1.0)
+    """The share of the predicted gain the app saw (mneme apply's own definition)."""
+    from mneme.apply.evidence import gain_ratio
+
+    return gain_ratio(predicted, realized)
 
 
 def from_evidence(lines: Iterable[str]) -> List[Dict[str, Any]]:

@@ -132,7 +132,13 @@ def test_the_benchmarks_apply_table_from_evidence_and_corpus(tmp_path):
     ev.write_text(json.dumps({"test": "stencil2d", "apply": {"kernels_applied": 1, "app_ok": True, "wall_speedup": 1.02,
                                                              "kernels": [{"kernel": "stencil2d(float const*)",
                                                                           "predicted": 1.12, "realized": 1.11}]},
-                              "lines": []}) + "\n")
+                              "lines": []}) + "\n"
+                  # a tuned config predicted at no gain: no share (the H200 run once showed -38116 %)
+                  + json.dumps({"test": "devcounter", "apply": {"kernels_applied": 1, "app_ok": True,
+                                                               "wall_speedup": 1.0,
+                                                               "kernels": [{"kernel": "countAbove(int const*)",
+                                                                            "predicted": 0.999, "realized": 1.219}]},
+                                "lines": []}) + "\n")
     doc = {"apps": [{"name": "lavaMD", "apply": {"kernels_applied": 1, "app_ok": False, "wall_speedup": None,
                                                  "kernels": [{"kernel": "kernel_gpu_cuda", "predicted": 1.3,
                                                               "realized": 1.15}]}},
@@ -147,5 +153,6 @@ def test_the_benchmarks_apply_table_from_evidence_and_corpus(tmp_path):
     md = buf.getvalue()
     assert "| stencil2d | stencil2d | examples | 1.120x | 1.110x | 92% | yes | 1.020x |" in md
     assert "| lavaMD | kernel_gpu_cuda | corpus | 1.300x | 1.150x | 50% | **no** | - |" in md
-    assert md.strip().endswith("apply: 2 kernels applied in 2 programs, app ok 1/2, gain share median 71%, "
+    assert "| devcounter | countAbove | examples | 0.999x | 1.219x | - | yes | 1.000x |" in md
+    assert md.strip().endswith("apply: 3 kernels applied in 3 programs, app ok 2/3, gain share median 71%, "
                                "1 of 2 predicted >= 1.05x realize >= 90 % of the gain")

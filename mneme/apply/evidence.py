@@ -2,7 +2,9 @@
 
 realized speedup (per entry) = median in-app time of the original launches the entry matched (observed run)
                                / median in-app time of the tuned launches (applied run)
-gain ratio                   = (realized - 1) / (predicted - 1), predicted = the tune's replay speedup
+gain ratio                   = (realized - 1) / (predicted - 1), predicted = the tune's replay speedup;
+                               none where the prediction is no gain (under MIN_PREDICTED_GAIN): a ratio of
+                               two timing noises (a tuned 0.999x realized at 1.2x read as -38000 %)
 wall speedup                 = median wall time of the observed runs / that of the applied runs
 """
 
@@ -16,6 +18,17 @@ from typing import Any, Dict, List, Optional
 
 from mneme.apply.manifest import Entry
 from mneme.apply.runner import CHECK_EXIT, RunStats
+
+
+#: a predicted speedup under 1 + this has no gain to share (timing noise either way)
+MIN_PREDICTED_GAIN = 0.01
+
+
+def gain_ratio(predicted: Optional[float], realized: Optional[float]) -> Optional[float]:
+    """(realized - 1) / (predicted - 1): the share of the predicted gain the app saw; None without a gain."""
+    if realized is None or predicted is None or predicted - 1.0 < MIN_PREDICTED_GAIN:
+        return None
+    return (realized - 1.0) / (predicted - 1.0)
 
 
 @dataclass
@@ -40,10 +53,7 @@ class KernelEvidence:
 
     @property
     def gain_ratio(self) -> Optional[float]:
-        r, p = self.realized, self.predicted
-        if r is None or p is None or abs(p - 1.0) < 1e-9:
-            return None
-        return (r - 1.0) / (p - 1.0)
+        return gain_ratio(self.predicted, self.realized)
 
 
 @dataclass
