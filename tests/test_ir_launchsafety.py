@@ -29,7 +29,7 @@ def kernels(build):
     for src in ("launch.cu", EXAMPLES / "matmul.cu", EXAMPLES / "cooperative.cu", EXAMPLES / "vecadd.cu"):
         mod = llvm.parse_bitcode(build(src, extra=INCLUDES).read_bytes())
         for k in module_kernels(mod):
-            short = next(s for s in ("bounded", "fixed256", "smallbuf", "scale2d", "pairs", "strided128", "matmulStatic", "matmulDynamic",
+            short = next(s for s in ("bounded", "fixed256", "smallbuf", "scale2d", "pairs", "strided128", "blockPartials", "matmulStatic", "matmulDynamic",
                                      "matmulPanel", "coopSum", "vecAdd") if s in k)
             out[short] = (mod, k)
     return out
@@ -98,6 +98,19 @@ def test_a_tile_fixed_by_blockidx_times_a_constant_keeps_the_block(kernels):
     s = analyze(kernels, "strided128")  # a grid-stride loop reads blockDim, the start assumes 128 threads
     assert s.reads["ntid"] == "x" and s.tile_scale == {"x": "128"}
     assert set(s.rules((128, 1, 1)).fixed) == {0}
+
+
+def test_one_result_per_block_keeps_the_block(kernels):
+    # simpleCudaGraphs' reduce on the H200: 18 of 100 trials failed verification, each a block size whose
+    # per-block partial sums (outputVec[blockIdx.x]) differ from the recorded ones
+    f = analyze(kernels, "blockPartials")
+    assert f.reads["ntid"] == "x" and f.tile_scale == {} and f.block_outputs == "x"
+    rules = f.rules((256, 1, 1))
+    assert set(rules.fixed) == {0} and "blockIdx.x alone indexes a store" in rules.fixed[0]
+    assert rules.why((256, 1, 1)) is None and rules.why((128, 1, 1)) is not None
+    assert f.describe()["block_outputs"] == "x"
+    for elementwise in ("vecAdd", "pairs", "strided128"):  # a[blockIdx * ... + threadIdx]: not one per block
+        assert analyze(kernels, elementwise).block_outputs == "", elementwise
 
 
 def test_compile_time_block_size_without_shared_memory(kernels):

@@ -80,6 +80,9 @@ class LaunchFacts:
     #: axis -> what blockIdx is multiplied by when that is not blockDim of the axis ("32", "a value not derived
     #: from blockDim.x"); axes also scaled by their blockDim somewhere are left out
     tile_scale: Dict[str, str] = field(default_factory=dict)
+    #: axes whose blockIdx alone indexes a store (one result per block: a reduction's partial sums), so the
+    #: results' layout and values depend on the block's extent along them
+    block_outputs: str = ""
     analyzed: str = "default<O1> clone"
 
     def read(self, reg: str, axis: str) -> bool:
@@ -101,6 +104,9 @@ class LaunchFacts:
                 if axis in self.tile_scale:
                     r.fix_axis(d, f"blockIdx.{axis} is multiplied by {self.tile_scale[axis]}, never by blockDim.{axis}: "
                                   f"each block's tile along {axis} is fixed in the code, so block.{axis} stays {extent}")
+                elif axis in self.block_outputs:
+                    r.fix_axis(d, f"blockIdx.{axis} alone indexes a store (one result per block, like a reduction's "
+                                  f"partial sums): another block.{axis} changes the results, so it stays {extent}")
                 continue
             uses_tid = self.read("tid", axis)
             if extent == 1 and not uses_tid:
@@ -135,6 +141,7 @@ class LaunchFacts:
             "cluster": self.cluster,
             "cooperative": self.cooperative,
             "tile_scale": dict(self.tile_scale),
+            "block_outputs": self.block_outputs,
             "analyzed": self.analyzed,
         }
 
@@ -279,10 +286,9 @@ _SCALE = re.compile(r"^(mul|shl)\b[^%]*?(%" + _NAME + r"), (%" + _NAME + r"|-?\d
 _CAST = ("zext", "sext", "trunc")
 
 
-def _block_scales(defs: Dict[str, str]) -> Tuple[Dict[str, str], Set[str]]:
-    """In one function (`_defs`): (axis -> what blockIdx.axis is multiplied by, when not derived from
-    blockDim.axis; axes whose blockIdx is multiplied by a value derived from their blockDim)."""
-    sreg: Dict[str, Tuple[str, str]] = {}  # name -> (reg, axis), through integer casts
+def _sregs(defs: Dict[str, str]) -> Dict[str, Tuple[str, str]]:
+    """name -> (special register, axis) of the values that are one, through integer casts."""
+    sreg: Dict[str, Tuple[str, str]] = {}
     for name, rhs in defs.items():
         m = _SREG.search(rhs)
         if m:
@@ -296,6 +302,46 @@ def _block_scales(defs: Dict[str, str]) -> Tuple[Dict[str, str], Set[str]]:
                 if ops:
                     sreg[name] = sreg[ops[0]]
                     changed = True
+    return sreg
+
+
+_STORE_PTR = re.compile(r"^\s*store\b.*, ptr (%" + _NAME + r")")
+_GEP = re.compile(r"^getelementptr\b")
+_ELEM_SCALE = re.compile(r"^(?:shl|mul)\b[^%]*(%" + _NAME + r"), \d+\s*$")
+
+
+def _block_outputs(defs: Dict[str, str], body: str) -> Set[str]:
+    """In one function: the axes whose blockIdx, alone (through casts, or scaled by a constant element
+    size in a byte-offset GEP), is the last index of a store's address."""
+    sreg = _sregs(defs)
+
+    def ctaid_axis(name: str) -> Optional[str]:
+        for _ in range(4):
+            if sreg.get(name, ("",))[0] == "ctaid":
+                return sreg[name][1]
+            m = _ELEM_SCALE.match(defs.get(name, ""))
+            if not m:
+                return None
+            name = m.group(1)
+        return None
+
+    out: Set[str] = set()
+    for line in body.splitlines():
+        m = _STORE_PTR.match(line)
+        gep = defs.get(m.group(1), "") if m else ""
+        if not _GEP.match(gep):
+            continue
+        ops = _LOCAL.findall(gep.split(" ptr ", 1)[-1])
+        axis = ctaid_axis(ops[-1]) if len(ops) >= 2 else None
+        if axis:
+            out.add(axis)
+    return out
+
+
+def _block_scales(defs: Dict[str, str]) -> Tuple[Dict[str, str], Set[str]]:
+    """In one function (`_defs`): (axis -> what blockIdx.axis is multiplied by, when not derived from
+    blockDim.axis; axes whose blockIdx is multiplied by a value derived from their blockDim)."""
+    sreg = _sregs(defs)
 
     def from_ntid(name: str, axis: str) -> bool:
         seen, todo = set(), [name]
@@ -369,8 +415,10 @@ def analyze_text(text: str, kernel: str, analyzed: str = "as given") -> LaunchFa
     cluster, coop = None, False
     scale: Dict[str, str] = {}
     by_ntid: Set[str] = set()
+    outputs: Set[str] = set()
     for f in funcs:
         body = bodies[f]
+        outputs |= _block_outputs(defs[f], body)
         const, scaled = _block_scales(defs[f])
         for axis, what in const.items():
             scale.setdefault(axis, what)
@@ -406,6 +454,7 @@ def analyze_text(text: str, kernel: str, analyzed: str = "as given") -> LaunchFa
         kernel=kernel, reads={r: "".join(a for a in AXES if a in s) for r, s in reads.items()}, tiles=tiles,
         max_threads=max_threads, req_threads=req, cluster=cluster, cooperative=coop,
         tile_scale={a: w for a, w in sorted(scale.items()) if a not in by_ntid}, analyzed=analyzed,
+        block_outputs="".join(a for a in AXES if a in outputs),
     )
 
 

@@ -36,3 +36,17 @@ __global__ void pairs(float *a, int n) {
 __global__ void strided128(float *a, int n) {
   for (int i = blockIdx.x * 128 + threadIdx.x; i < n; i += blockDim.x * gridDim.x) a[i] *= 0.5f;
 }
+
+// a grid-stride sum per block, written at out[blockIdx.x]: each partial depends on the launch shape
+__global__ void blockPartials(const float *in, double *out, int n) {
+  __shared__ double part[256];
+  double s = 0.0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) s += in[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int k = 0; k < blockDim.x; k++) t += part[k];
+    out[blockIdx.x] = t;
+  }
+}
