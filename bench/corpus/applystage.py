@@ -7,7 +7,9 @@ directories of the stage's work folder (.corpus/work/<app>/tune/...) that reache
 
 `mneme apply` runs the app observed (original kernels) and applied (tuned kernels) R times each, alternating,
 and times the matched launches in both with the recorder's in-app timer, so predicted (the tune's replay
-speedup) and realized (in-app original / tuned median) sit side by side from one call. The corpus's success
+speedup) and realized (in-app original / tuned median) sit side by side from one call; a kernel launched only
+inside CUDA graphs (which that timer cannot see) is timed by one more pair of runs under Nsight Compute
+(`--timer auto`, its "timer" says "ncu"). The corpus's success
 check is applied to every applied run's own output (and to every observed one). Per program:
 
     "apply": {"kernels_applied", "app_ok", "wall_speedup",
@@ -29,7 +31,7 @@ from bench.corpus.apps import App
 #: the issue's bar for applying a tuned kernel in the campaign
 MIN_SPEEDUP = 1.05
 #: `mneme apply`'s progress line before each run of the app (mneme/apply/runner.py)
-_RUN_LINE = re.compile(r"^mneme apply: \[(observe|apply) run (\d+)\] [^\n]*\n?", re.M)
+_RUN_LINE = re.compile(r"^mneme apply: \[(observe|apply) run (\d+)(?:, under ncu)?\] [^\n]*\n?", re.M)
 
 
 def tuned_dirs(tune_root: Path, min_speedup: float = MIN_SPEEDUP) -> Tuple[List[Tuple[Path, float]], List[str]]:
@@ -98,7 +100,8 @@ def campaign_row(report: Dict[str, Any], app_ok: Optional[bool], app_ok_observed
         kernels.append({"kernel": e.get("demangled") or e.get("kernel"), "predicted": e.get("predicted"),
                         "realized": e.get("realized"), "gain_ratio": e.get("gain_ratio"), "rule": e.get("rule"),
                         "matched": e.get("matched"), "applied": e.get("applied"), "fell_back": e.get("fell_back"),
-                        "original_ns": e.get("original_ns"), "tuned_ns": e.get("tuned_ns")})
+                        "original_ns": e.get("original_ns"), "tuned_ns": e.get("tuned_ns"),
+                        "timer": e.get("timer")})
     return {"kernels_applied": report.get("kernels_applied"), "app_ok": bool(app_ok) and bool(report.get("app_ok")),
             "app_ok_observed": app_ok_observed, "wall_speedup": report.get("wall_speedup"),
             "wall_original_s": report.get("wall_original_s"), "wall_applied_s": report.get("wall_applied_s"),

@@ -13,8 +13,6 @@ calls; replay and tune record the app first when they find none there (and say s
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import re
@@ -305,11 +303,10 @@ def replay_app(app: App, budget: stage.Budget, ctx: Ctx, max_instances: int = 3,
 # ---- ncu -----------------------------------------------------------------------------------------
 
 def ncu_path() -> str:
-    """ncu on PATH, else the CUDA root's (the GPU machine's PATH may lack /usr/local/cuda/bin)."""
-    for c in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
-        if c and Path(c).exists():
-            return c
-    return "ncu"
+    """ncu on PATH, else the CUDA root's (the GPU machine's PATH may lack /usr/local/cuda/bin): mneme apply's."""
+    from mneme.apply.ncutimer import find_ncu
+
+    return find_ncu() or "ncu"
 
 
 def ncu_argv(exe: Path, args: Sequence[str], launch_count: int, ncu: str = "ncu") -> List[str]:
@@ -320,23 +317,12 @@ def ncu_argv(exe: Path, args: Sequence[str], launch_count: int, ncu: str = "ncu"
 
 def parse_ncu_csv(output: str) -> Dict[str, Dict[str, Any]]:
     """ncu's CSV (app output and ==PROF== lines around it) -> kernel -> launches, median ns, per shape."""
-    lines = output.splitlines()
-    start = next((i for i, l in enumerate(lines) if l.startswith('"ID","Process ID"')), None)
-    if start is None:
-        return {}
-    body = [l for l in lines[start:] if l.startswith('"')]
+    from mneme.apply.ncutimer import parse_csv
+
     per: Dict[str, Dict[str, List[float]]] = {}
-    for r in csv.DictReader(io.StringIO("\n".join(body))):
-        if r.get("Metric Name") != NCU_METRIC:
-            continue
-        try:
-            v = float((r.get("Metric Value") or "").replace(",", ""))
-        except ValueError:
-            continue
-        unit = (r.get("Metric Unit") or "").lower()
-        v *= {"usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(unit, 1.0)
-        key = f"{shape(r.get('Grid Size', ''))}/{shape(r.get('Block Size', ''))}"
-        per.setdefault(r["Kernel Name"], {}).setdefault(key, []).append(v)
+    for r in parse_csv(output):
+        key = f"{'x'.join(map(str, r.grid))}/{'x'.join(map(str, r.block))}"
+        per.setdefault(r.kernel, {}).setdefault(key, []).append(r.ns)
     return {name: {"launches": sum(len(v) for v in shapes.values()),
                    "median_ns": median([x for v in shapes.values() for x in v]),
                    "by_shape": {s: median(v) for s, v in shapes.items()}} for name, shapes in per.items()}

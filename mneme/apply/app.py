@@ -21,7 +21,7 @@ def apply_app(tuned: Sequence[str], argv: Sequence[str], *, workdir: Optional[st
               check: int = 0, rounds: int = 1, atol: Optional[float] = None, rtol: Optional[float] = None,
               tol_type: str = "f32", arch: Optional[str] = None, track_run: bool = False,
               tracking_uri: Optional[str] = None, experiment: Optional[str] = None, quiet: bool = False,
-              app_timeout: Optional[float] = None) -> ApplyReport:
+              app_timeout: Optional[float] = None, timer: str = "auto") -> ApplyReport:
     if not argv:
         raise ConfigurationError("no app to run: mneme apply TUNED... -- ./app ARGS")
     wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="mneme-apply-"))
@@ -33,7 +33,7 @@ def apply_app(tuned: Sequence[str], argv: Sequence[str], *, workdir: Optional[st
                                  "; ".join(f"{k}: {' '.join(v)}" for k, v in notes.items()))
     manifest = write_manifest(entries, wd / "manifest.txt")
     runner = ApplyRunner(manifest, wd, list(argv), check=check, atol=atol, rtol=rtol, tol_type=tol_type, quiet=quiet,
-                         timeout=app_timeout)
+                         timeout=app_timeout, timer=timer, kernels=[e.kernel for e in entries])
     rep = build_report(entries, runner.rounds(rounds), notes)
     rep.workdir = str(wd)
     write_report(rep, wd)

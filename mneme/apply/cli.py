@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--tol-type", default="f32", help="element type the tolerances apply to (default f32)")
     a("--rounds", type=int, default=1, help="observed/applied run pairs, alternating (default 1)")
     a("--app-timeout", type=float, default=None, metavar="S", help="kill a run of the app after S seconds (default: none)")
+    a("--timer", default="auto", choices=["auto", "events", "ncu"],
+      help="how launches are timed: auto (the in-app timer; one more observe/apply pair under Nsight Compute for a "
+           "kernel it cannot see, one inside a CUDA graph), events (the in-app timer only), ncu (every run under ncu)")
     a("--arch", default=None, help="target arch for rebuilt cubins (default: the recorded one)")
     a("--workdir", default=None, help="where the manifest, cubins, statistics and apply.json go (default: a temp dir)")
     a("--track", action="store_true", help="log the result to MLflow (under the sweep run when known)")
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     rep = apply_app(args.tuned, app, workdir=args.workdir, rule=args.rule, check=args.check, rounds=args.rounds,
                     atol=args.atol, rtol=args.rtol, tol_type=args.tol_type, arch=args.arch, track_run=args.track,
                     tracking_uri=args.tracking_uri, experiment=args.experiment, quiet=args.quiet,
-                    app_timeout=args.app_timeout)
+                    app_timeout=args.app_timeout, timer=args.timer)
     if args.json:
         print(json.dumps(rep.to_json(), indent=2, default=str))
     else:

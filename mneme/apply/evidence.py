@@ -6,6 +6,10 @@ gain ratio                   = (realized - 1) / (predicted - 1), predicted = the
                                none where the prediction is no gain (under MIN_PREDICTED_GAIN): a ratio of
                                two timing noises (a tuned 0.999x realized at 1.2x read as -38000 %)
 wall speedup                 = median wall time of the observed runs / that of the applied runs
+
+An entry no launch of which the in-app timer saw (inside a CUDA graph) takes its times from the runs under
+Nsight Compute (mneme/apply/ncutimer.py), if there were any; its `timer` says which. Runs under ncu never
+count into the wall times (ncu serializes and profiles every matched launch) unless every run was one.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from mneme.apply import ncutimer
 from mneme.apply.manifest import Entry
 from mneme.apply.runner import CHECK_EXIT, RunStats
 
@@ -44,6 +49,8 @@ class KernelEvidence:
     applied: int
     fell_back: int
     checked: int
+    #: what timed original_ns and tuned_ns: "events" (libapply's in-app timer), "ncu", or "" (nothing did)
+    timer: str = "events"
 
     @property
     def realized(self) -> Optional[float]:
@@ -109,9 +116,13 @@ class ApplyReport:
             name = (k.demangled or k.kernel).split("(")[0]
             out.append(f"apply {name}: {k.description}")
             g = f", {100 * k.gain_ratio:.0f}% of the predicted gain" if k.gain_ratio is not None else ""
+            timer = " (ncu)" if k.timer == "ncu" else ""
             out.append(f"  launches matched {k.matched}, applied {k.applied}, fell back {k.fell_back}"
-                       f"{f', checked {k.checked}' if k.checked else ''}; in-app {us(k.original_ns)} -> {us(k.tuned_ns)}: "
+                       f"{f', checked {k.checked}' if k.checked else ''}; in-app{timer} {us(k.original_ns)} -> {us(k.tuned_ns)}: "
                        f"realized {x(k.realized)}, predicted {x(k.predicted)}{g}")
+            if k.applied and not k.timer:
+                out.append("  not timed: its launches run inside a CUDA graph, which the in-app timer cannot see "
+                           "(--timer ncu times them with Nsight Compute)")
             if k.matched == 0:
                 out.append("  no launch matched: the app did not launch this instance"
                            + (" (--rule scaled applies it to other problem sizes)" if k.rule == "exact" else ""))
@@ -133,25 +144,53 @@ def _median(xs: List[float]) -> Optional[float]:
     return float(statistics.median(xs)) if xs else None
 
 
+def _shapes(e: Entry) -> tuple:
+    """(original, tuned) (grid, block) of an exact entry's launches, for picking its rows out of ncu's; None for
+    the scaled rule (its launches have many grids)."""
+    if e.rule != "exact":
+        return None, None
+    return (tuple(e.rec_grid), tuple(e.rec_block)), (tuple(e.tuned.grid), tuple(e.tuned.block))
+
+
+def entry_times(e: Entry, i: int, rounds: List[Dict[str, RunStats]]) -> tuple:
+    """(original ns, tuned ns, timer) of entry i: the in-app timer's medians, else ncu's, else none."""
+    ev = [r for r in rounds if r["observe"].timer == "events" and r["apply"].timer == "events"]
+    orig = [s for r in ev for s in r["observe"].entries.get(i, _EMPTY).samples]
+    tuned = [s for r in ev for s in r["apply"].entries.get(i, _EMPTY).samples]
+    if orig and tuned:
+        return _median(orig), _median(tuned), "events"
+    nc = [r for r in rounds if r["observe"].timer == "ncu"]
+    rec, new = _shapes(e)
+    # a checked launch runs the original and the tuned kernel one after the other: skip both of each
+    o = [s for r in nc for s in ncutimer.samples(r["observe"].ncu_rows, e.kernel, rec)]
+    t = [s for r in nc for s in ncutimer.samples(r["apply"].ncu_rows, e.kernel, new,
+                                                 skip=2 * r["apply"].entries.get(i, _EMPTY).checked)]
+    if o and t:
+        return _median(o), _median(t), "ncu"
+    return _median(orig), _median(tuned), "events" if orig or tuned else ""
+
+
 def build_report(entries: List[Entry], rounds: List[Dict[str, RunStats]], notes: Dict[str, List[str]]) -> ApplyReport:
     kernels = []
     for i, e in enumerate(entries):
-        orig = [s for r in rounds for s in r["observe"].entries.get(i, _EMPTY).samples]
-        tuned = [s for r in rounds for s in r["apply"].entries.get(i, _EMPTY).samples]
-        ap = [r["apply"].entries.get(i, _EMPTY) for r in rounds]
+        ap = [r["apply"].entries.get(i, _EMPTY) for r in rounds if r["apply"].timer == "events"] or \
+             [r["apply"].entries.get(i, _EMPTY) for r in rounds]
+        orig_ns, tuned_ns, timer = entry_times(e, i, rounds)
         kernels.append(KernelEvidence(
             kernel=e.kernel, demangled=e.demangled, rule=e.rule, description=e.description, predicted=e.expected_speedup,
-            original_ns=_median(orig), tuned_ns=_median(tuned), matched=sum(a.matched for a in ap),
-            applied=sum(a.applied for a in ap), fell_back=sum(a.fell_back for a in ap), checked=sum(a.checked for a in ap)))
+            original_ns=orig_ns, tuned_ns=tuned_ns, matched=sum(a.matched for a in ap),
+            applied=sum(a.applied for a in ap), fell_back=sum(a.fell_back for a in ap), checked=sum(a.checked for a in ap),
+            timer=timer))
     rcs = {m: [r[m].returncode for r in rounds] for m in ("observe", "apply")}
     check_failed = next((r["apply"].check_failed for r in rounds if r["apply"].check_failed), "")
     ok = all(c == 0 for c in rcs["observe"] + rcs["apply"]) and not check_failed
     warnings = [w for r in rounds for m in ("observe", "apply") for w in r[m].warnings]
     if any(c == CHECK_EXIT for c in rcs["apply"]) and not check_failed:
         check_failed = "the app exited with libapply's check status (see the warnings)"
+    walled = [r for r in rounds if r["observe"].timer == "events"] or rounds
     return ApplyReport(
-        kernels=kernels, wall_original_s=_median([r["observe"].wall_s for r in rounds]),
-        wall_applied_s=_median([r["apply"].wall_s for r in rounds]), app_ok=ok, returncodes=rcs,
+        kernels=kernels, wall_original_s=_median([r["observe"].wall_s for r in walled]),
+        wall_applied_s=_median([r["apply"].wall_s for r in walled]), app_ok=ok, returncodes=rcs,
         warnings=warnings, check_failed=check_failed, notes={k: v for k, v in notes.items() if v},
         holds_broken=sum(r[m].holds_broken for r in rounds for m in ("observe", "apply")))
 

@@ -2,7 +2,9 @@
 
 Both runs time the launches each manifest entry matches with the same in-app timer (an event pair around
 the launch, resolved lazily, as the recorder's in-app times); the observed run's times are the original
-kernel's, the applied run's the tuned kernel's. The app's own output of each run is shown as it comes.
+kernel's, the applied run's the tuned kernel's. A kernel the in-app timer cannot see (launched inside a CUDA
+graph) is timed by a pair of runs under Nsight Compute (mneme/apply/ncutimer.py; `timer`). The app's own
+output of each run is shown as it comes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import mneme
+from mneme.apply import ncutimer
 from mneme.errors import ConfigurationError
 from mneme.record.runner import find_preload_library
 
@@ -60,6 +63,9 @@ class RunStats:
     warnings: List[str] = field(default_factory=list)
     check_failed: str = ""
     stats_missing: bool = False
+    #: "events" (libapply's in-app timer) or "ncu" (the run was under Nsight Compute: slower, not for wall time)
+    timer: str = "events"
+    ncu_rows: List[ncutimer.NcuRow] = field(default_factory=list)
 
 
 def parse_stats(text: str, mode: str, returncode: int, wall_s: float) -> RunStats:
@@ -104,6 +110,10 @@ class ApplyRunner:
     quiet: bool = False
     #: seconds one run of the app may take (None: no bound); a run past it is killed and reported (exit 124)
     timeout: Optional[float] = None
+    #: auto (ncu only for kernels applied but never timed in-app), events, ncu (every run under ncu)
+    timer: str = "events"
+    #: the manifest's kernels (mangled), for ncu's kernel filter
+    kernels: Sequence[str] = ()
 
     def env(self, mode: str, stats: Path) -> Dict[str, str]:
         if self.lib is None:
@@ -124,16 +134,24 @@ class ApplyRunner:
             env["MNEME_APPLY_CHECK_RTOL"] = repr(float(self.rtol or 0.0))
         return env
 
-    def run(self, mode: str, round_no: int = 0) -> RunStats:
-        stats = self.workdir / f"stats-{mode}-{round_no}.txt"
+    def run(self, mode: str, round_no: int = 0, ncu: bool = False) -> RunStats:
+        tag = f"{mode}-{round_no}{'-ncu' if ncu else ''}"
+        stats = self.workdir / f"stats-{tag}.txt"
         stats.unlink(missing_ok=True)
+        argv = list(self.argv)
+        if ncu:
+            exe = ncutimer.require_ncu()
+            report = self.workdir / f"ncu-{tag}"
+            report.with_name(report.name + ".ncu-rep").unlink(missing_ok=True)
+            argv = ncutimer.wrap(argv, self.kernels, report, exe)
         if not self.quiet:
-            print(f"mneme apply: [{mode} run {round_no + 1}] {' '.join(self.argv)}", file=sys.stderr, flush=True)
+            print(f"mneme apply: [{mode} run {round_no + 1}{', under ncu' if ncu else ''}] {' '.join(self.argv)}",
+                  file=sys.stderr, flush=True)
         env = self.env(mode, stats)
         t0 = time.perf_counter()
         timed_out = False
         try:
-            p = subprocess.run(list(self.argv), env=env, timeout=self.timeout)
+            p = subprocess.run(argv, env=env, timeout=self.timeout)
             rc = p.returncode
         except subprocess.TimeoutExpired:  # subprocess.run killed it
             timed_out, rc = True, 124
@@ -149,15 +167,42 @@ class ApplyRunner:
             st.warnings.append(f"libapply wrote no statistics ({stats}): the app ended without running its exit "
                                "handlers (killed, or _exit), or libapply was not loaded")
             return st
-        return parse_stats(stats.read_text(), mode, rc, wall)
+        st = parse_stats(stats.read_text(), mode, rc, wall)
+        if ncu:
+            st.timer = "ncu"
+            st.ncu_rows, why = ncutimer.read_report(report, exe)
+            if why:
+                st.warnings.append(f"the {mode} run under ncu: {why}")
+        return st
 
     def rounds(self, n: int = 1) -> List[Dict[str, RunStats]]:
-        """n rounds of (observe, apply), alternating, so drift hits both alike; stops after a failed check."""
+        """n rounds of (observe, apply), alternating, so drift hits both alike; stops after a failed check.
+        With timer auto, one more round under ncu when a kernel was applied but never timed in-app."""
+        if self.timer not in ncutimer.TIMERS:
+            raise ConfigurationError(f"--timer {self.timer}: not one of {', '.join(ncutimer.TIMERS)}")
         out = []
         for i in range(max(1, n)):
-            obs = self.run("observe", i)
-            app = self.run("apply", i)
+            obs = self.run("observe", i, ncu=self.timer == "ncu")
+            app = self.run("apply", i, ncu=self.timer == "ncu")
             out.append({"observe": obs, "apply": app})
             if app.check_failed or app.returncode == CHECK_EXIT:
-                break
+                return out
+        if self.timer == "auto" and untimed(out) and self.kernels:
+            if ncutimer.find_ncu() is None:
+                out[-1]["apply"].warnings.append(
+                    "a kernel was applied where the in-app timer cannot time it (inside a CUDA graph) and Nsight "
+                    "Compute's ncu was not found to time it (put ncu on PATH, or use --timer events to skip this)")
+            else:
+                i = len(out)
+                out.append({"observe": self.run("observe", i, ncu=True), "apply": self.run("apply", i, ncu=True)})
         return out
+
+
+def untimed(rounds: List[Dict[str, RunStats]]) -> List[int]:
+    """Entries applied in the runs so far of which no launch was timed in-app in one of the two modes."""
+    def stats(i: int, mode: str) -> List[EntryStats]:
+        return [r[mode].entries[i] for r in rounds if i in r[mode].entries]
+
+    keys = sorted({i for r in rounds for m in ("observe", "apply") for i in r[m].entries})
+    return [i for i in keys if sum(e.applied for e in stats(i, "apply")) > 0 and
+            not all(any(e.samples for e in stats(i, m)) for m in ("observe", "apply"))]

@@ -215,3 +215,26 @@ def test_export_wisdom_apply_on_a_tracked_sweep(tmp_path):
     assert len(runs) == 1 and runs[0].data.tags["mlflow.parentRunId"] == sweep
     assert runs[0].data.metrics["app_ok"] == 1.0 and "k0.realized" in runs[0].data.metrics
     keep("export-vecadd", rep, p.stdout)
+
+
+def test_a_kernel_inside_a_cuda_graph_is_applied_and_timed_by_ncu(tuned_for, tmp_path):
+    """examples/graph.cu: graphStep captured into a graph launched 5 times. The swap happens at capture, where the
+    in-app timer cannot time; `--timer auto` adds an observe/apply pair under Nsight Compute that does."""
+    from mneme.record.db import RecordedExecution
+
+    argv = ["graph", str(1 << 24), "5"]
+    root = tmp_path / "graph"
+    _, db = recorded("graph", argv, root)
+    rec = RecordedExecution.from_json(str(db))
+    inst = sorted((i for i in rec.values() if i.occ == 5), key=lambda i: i.dynamic_hash)[0]  # a graph node
+    out = root / "tune"
+    tune(db, out, "-rid", inst.dynamic_hash, "--space", "launch", "--trials", 12, "--no-track")
+    p, rep = apply([out], argv)
+    assert rep["app_ok"], p.stdout + p.stderr
+    assert checksum(p.stdout) == checksum(plain(argv).stdout)
+    (e,) = rep["entries"]
+    assert e["applied"] >= 1 and e["fell_back"] == 0  # swapped in while the app captured the graph
+    assert e["timer"] == "ncu", p.stdout + p.stderr
+    assert e["original_ns"] > 0 and e["tuned_ns"] > 0 and 0.5 < e["realized"] < 2.0
+    assert "under ncu" in p.stderr and "in-app (ncu)" in p.stdout
+    keep("graph-ncu", rep, p.stdout)
