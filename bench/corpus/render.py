@@ -214,7 +214,9 @@ The `apply` stage (`mneme apply`, docs/APPLY.md) runs each program whose tune fo
 kernel with the tuned kernels swapped in at launch, no rebuild: observed and applied runs alternate
 (3 rounds), the matched launches timed in both with the recorder's in-app timer. predicted = the tune's
 replay speedup, realized = in-app original / tuned median, gain share = (realized - 1) / (predicted - 1);
-app ok = the corpus's success check passed on every applied run.
+app ok = the corpus's success check passed on every applied run. A realized figure marked (ncu) was timed by
+Nsight Compute in one more observed/applied pair: the kernel runs inside a CUDA graph, where the in-app timer
+cannot see it (`mneme apply --timer auto`).
 """
 
 
@@ -236,5 +238,6 @@ def apply_section(doc: Dict[str, Any]) -> List[str]:
                     num(ap.get("wall_speedup"), ".3f", "x")] if i == 0 else ["", "", "", ""]
             lines.append("| " + " | ".join(head + [
                 cell((k.get("kernel") or "-").split("(")[0][:60]), num(k.get("predicted"), ".3f", "x"),
-                num(k.get("realized"), ".3f", "x"), num(k.get("gain_ratio"), ".0%")]) + " |")
+                num(k.get("realized"), ".3f", "x") + (" (ncu)" if k.get("timer") == "ncu" and k.get("realized") else ""),
+                num(k.get("gain_ratio"), ".0%")]) + " |")
     return lines
