@@ -216,7 +216,8 @@ def test_libapply_builds_with_werror_and_exports_only_the_hooks(libs):
     p = subprocess.run(["nm", "-D", "--defined-only", str(libs / "libapply.so")], capture_output=True, text=True)
     exported = {line.split()[-1] for line in p.stdout.splitlines() if " T " in line}
     # native/interpose's hooks and the launch entry points for apps linked with -lcuda, nothing else
-    assert exported == {"dlsym", "dlopen", "cuGetProcAddress", "cuGetProcAddress_v2", "cuLaunchKernel", "cuLaunchKernelEx"}
+    assert exported == {"dlsym", "dlopen", "cuGetProcAddress", "cuGetProcAddress_v2", "cuLaunchKernel", "cuLaunchKernelEx",
+                        "cuLaunchCooperativeKernel"}
     assert "-Werror" in (NATIVE / "Makefile").read_text()
 
 

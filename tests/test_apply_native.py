@@ -14,6 +14,7 @@ import pytest
 
 from mneme.apply.manifest import Variable, write_manifest
 from mneme.apply.prepare import load_tuned, prepare
+from mneme.config import dim3
 from mnemetest import FIXTURES, ROOT, run_mneme
 
 VECADD = next((FIXTURES / "vecadd").glob("[0-9a-f]*.json"))
@@ -131,6 +132,28 @@ def test_a_launch_that_waits_for_its_held_stream_is_released_by_the_watchdog(fak
     stats = (tmp_path / "s.txt").read_text()
     assert "holds_broken 1" in stats and re.search(r"entry 0 matched 3 applied 3 .* lost 1 timed 2", stats), stats
     assert "the watchdog released it" in p.stderr
+
+
+@pytest.mark.parametrize("tuned_shape", [(64, 256), (128, 128)], ids=["same-shape", "other-shape"])
+def test_a_cooperative_launch_gets_the_tuned_kernel_only_at_its_own_shape(fake, tuned, tmp_path, tuned_shape):
+    # reductionMultiBlockCG's grid-synchronizing kernel went unapplied on the H200: libapply passed every
+    # cooperative launch through. Its grid must stay co-resident, so only a tuned entry of the launch's shape applies
+    import dataclasses
+
+    entries, _ = prepare(load_tuned([str(tuned)]), tmp_path / "work")
+    g, b = tuned_shape
+    entries[0].tuned = dataclasses.replace(entries[0].tuned, grid=dim3(g, 1, 1), block=dim3(b, 1, 1))
+    m = write_manifest(entries, tmp_path / "m.txt")
+    p = run_app(fake, m, tmp_path / "s.txt", 64, 256, N, env_extra={"FAKE_APP_COOP": "1"})
+    stats = (tmp_path / "s.txt").read_text()
+    assert "coop launch" in p.stdout and "\nlaunch " not in p.stdout  # it stayed a cooperative launch
+    if tuned_shape == (64, 256):
+        assert launches(p.stdout) == [("0x2000", "64", "256")]
+        assert "entry 0 matched 1 applied 1 fell_back 0" in stats
+    else:
+        assert launches(p.stdout) == [("0x1000", "64", "256")]
+        assert "entry 0 matched 1 applied 0 fell_back 1" in stats
+        assert "a cooperative launch keeps its shape" in p.stderr
 
 
 def test_the_scaled_rule_recomputes_the_grid_from_the_launchs_work(fake, tuned, tmp_path):

@@ -77,6 +77,8 @@ int mna_test_match(const char *text, size_t index, const uint32_t grid[3], const
 typedef CUresult (*mna_launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                   CUstream, void **, void **);
 typedef CUresult (*mna_launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*mna_launch_coop_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                       CUstream, void **);
 void *mna_real(const char *name); /* from libcuda through the real cuGetProcAddress; NULL if absent */
 
 /* launch.c. `os` is the launch's stream as libapply's own calls (copies, events) must name it: stream 0 of a
@@ -86,6 +88,9 @@ CUresult mna_launch(mna_launch_fn real, CUstream os, CUfunction f, unsigned gx, 
                     unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params, void **extra);
 CUresult mna_launch_ex(mna_launch_ex_fn real, CUstream os, const CUlaunchConfig *cfg, CUfunction f, void **params,
                        void **extra);
+/* a cooperative launch (cuLaunchCooperativeKernel): the tuned kernel only at the launch's own shape */
+CUresult mna_launch_coop(mna_launch_coop_fn real, CUstream os, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                         unsigned bx, unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params);
 void mna_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -299,11 +299,16 @@ typedef struct {
   mna_launch_fn real;
   mna_launch_ex_fn real_ex;
   const CUlaunchConfig *cfg;
+  mna_launch_coop_fn real_coop;
+  /* a grid-synchronizing launch: its grid must be co-resident, and the tuned shapes were searched with the
+   * recorded one fixed (mneme/ir/launchsafety.py), so only a tuned entry of the launch's own shape applies */
+  int same_shape_only;
 } fire_ctx;
 
 static CUresult fire(const fire_ctx *c, CUfunction f, const uint32_t g[3], const uint32_t b[3], uint32_t shm,
                      CUstream s, void **p, void **x) {
   if (c->real) return c->real(f, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, p, x);
+  if (c->real_coop) return c->real_coop(f, g[0], g[1], g[2], b[0], b[1], b[2], shm, s, p);
   CUlaunchConfig cfg = *c->cfg;
   cfg.gridDimX = g[0], cfg.gridDimY = g[1], cfg.gridDimZ = g[2];
   cfg.blockDimX = b[0], cfg.blockDimY = b[1], cfg.blockDimZ = b[2];
@@ -372,6 +377,13 @@ static CUresult decide(const fire_ctx *c, CUstream os, CUfunction f, const uint3
     return fire(c, f, g, b, shm, s, params, extra);
   }
   e->matched++;
+  if (c->same_shape_only && (memcmp(tg, g, sizeof tg) != 0 || memcmp(tb, b, sizeof tb) != 0 || ts != shm)) {
+    if (!e->fell_back) mna_warn("%s: a cooperative launch keeps its shape; the tuned entry changes it, so the original "
+                                "kernel runs", e->kernel);
+    e->fell_back++;
+    pthread_mutex_unlock(&A.mu);
+    return fire(c, f, g, b, shm, s, params, extra);
+  }
   CUresult r;
   mna_timing t0;
   /* a stream being captured into a graph must not be queried or synchronized: no timing, no check there (the
@@ -419,19 +431,27 @@ CUresult mna_fire(const void *c, CUfunction f, const uint32_t g[3], const uint32
 
 CUresult mna_launch(mna_launch_fn real, CUstream os, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                     unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params, void **extra) {
-  fire_ctx c = {real, NULL, NULL};
+  fire_ctx c = {real, NULL, NULL, NULL, 0};
   uint32_t g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
   return launch(&c, os, f, g, b, shared, stream, params, extra);
 }
 
+CUresult mna_launch_coop(mna_launch_coop_fn real, CUstream os, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                         unsigned bx, unsigned by, unsigned bz, unsigned shared, CUstream stream, void **params) {
+  fire_ctx c = {NULL, NULL, NULL, real, 1};
+  uint32_t g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+  return launch(&c, os, f, g, b, shared, stream, params, NULL);
+}
+
 CUresult mna_launch_ex(mna_launch_ex_fn real, CUstream os, const CUlaunchConfig *cfg, CUfunction f, void **params,
                        void **extra) {
-  fire_ctx c = {NULL, real, cfg};
+  fire_ctx c = {NULL, real, cfg, NULL, 0};
   if (!cfg) return real(cfg, f, params, extra);
   for (unsigned i = 0; i < cfg->numAttrs; i++) {
     CUlaunchAttributeID id = cfg->attrs[i].id;
-    if (id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION || id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
-      return real(cfg, f, params, extra); /* the tuned shapes were not searched for these */
+    if (id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      return real(cfg, f, params, extra); /* the tuned shapes were not searched for clusters */
+    if (id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && cfg->attrs[i].value.cooperative) c.same_shape_only = 1;
   }
   uint32_t g[3] = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ}, b[3] = {cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ};
   return launch(&c, os, f, g, b, cfg->sharedMemBytes, cfg->hStream, params, extra);

@@ -238,3 +238,20 @@ def test_a_kernel_inside_a_cuda_graph_is_applied_and_timed_by_ncu(tuned_for, tmp
     assert e["original_ns"] > 0 and e["tuned_ns"] > 0 and 0.5 < e["realized"] < 2.0
     assert "under ncu" in p.stderr and "in-app (ncu)" in p.stdout
     keep("graph-ncu", rep, p.stdout)
+
+
+def test_a_cooperative_launch_gets_the_tuned_kernel(tuned_for, tmp_path):
+    """examples/cooperative.cu: coopSum launched with cudaLaunchCooperativeKernel (grid.sync). Its launch shape is
+    fixed by launch safety, so the tuned kernel applies at the recorded shape (one block per SM: co-resident)."""
+    argv = ["cooperative", str(1 << 24), "132"]
+    db, out, _ = tuned_for("cooperative", argv, "compiler", 10)
+    p, rep = apply([out], argv, "--check", 1)
+    assert rep["app_ok"] and not rep["check_failed"], p.stdout + p.stderr
+    (e,) = rep["entries"]
+    assert e["matched"] == e["applied"] == e["checked"] == 1 and e["fell_back"] == 0, e
+    p, rep = apply([out], argv, "--rounds", 2)
+    (e,) = rep["entries"]
+    assert e["applied"] == e["matched"] == 2 and e["fell_back"] == 0, p.stdout + p.stderr
+    assert e["timer"] == "events" and e["realized"]
+    assert float(checksum(p.stdout)) == pytest.approx(float(checksum(plain(argv).stdout)), rel=1e-4)
+    keep("cooperative", rep, p.stdout)

@@ -78,6 +78,16 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
   printf("launch %#lx grid %u %u %u block %u %u %u shared %u\n", (unsigned long)(uintptr_t)f, gx, gy, gz, bx, by, bz, shm);
   return CUDA_SUCCESS;
 }
+/* cuLaunchCooperativeKernel: the same, marked "coop" */
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                          unsigned bz, unsigned shm, CUstream s, void **p) {
+  (void)s, (void)p;
+  check_flag();
+  *loaded_slot(f) = 1;
+  printf("coop launch %#lx grid %u %u %u block %u %u %u shared %u\n", (unsigned long)(uintptr_t)f, gx, gy, gz, bx, by, bz,
+         shm);
+  return CUDA_SUCCESS;
+}
 EXPORT CUresult cuFuncGetName(const char **name, CUfunction f) {
   uintptr_t h = (uintptr_t)f;
   if ((h != 0x1000 || getenv("FAKE_CUKERNEL")) && h != 0x2000) return CUDA_ERROR_INVALID_HANDLE;
@@ -238,6 +248,7 @@ static const struct {
   void *fn;
 } table[] = {
     {"cuLaunchKernel", (void *)cuLaunchKernel}, {"cuFuncGetName", (void *)cuFuncGetName},
+    {"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel},
     {"cuFuncGetModule", (void *)cuFuncGetModule}, {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},
     {"cuKernelGetName", (void *)cuKernelGetName}, {"cuKernelGetFunction", (void *)cuKernelGetFunction},
     {"cuModuleLoad", (void *)cuModuleLoad}, {"cuModuleGetFunction", (void *)cuModuleGetFunction},
