@@ -20,8 +20,13 @@ HEAD = ("| program | kernel | source | predicted | realized | gain share | app o
         "|---|---|---|---:|---:|---:|---|---:|")
 
 
+
+def short(name: str, width: int = 60) -> str:
+    """A kernel's name cut to `width` characters (CUB's template names run to several hundred)."""
+    return name if len(name) <= width else name[:width - 3] + "..."
+
 def rows_of(program: str, source: str, apply: Dict[str, Any]) -> List[Dict[str, Any]]:
-    return [{"program": program, "source": source, "kernel": (k.get("kernel") or "-").split("(")[0],
+    return [{"program": program, "source": source, "kernel": short((k.get("kernel") or "-").split("(")[0]),
              "predicted": k.get("predicted"), "realized": k.get("realized"),
              "gain": gain(k.get("predicted"), k.get("realized")), "app_ok": apply.get("app_ok"),
              "wall": apply.get("wall_speedup")} for k in apply.get("kernels") or []]
