@@ -116,6 +116,29 @@ def test_corrupt_cache_entries_are_misses(saxpy, tmp_path):
     assert CompileCache(tmp_path).get(ck.code_hash) is None
 
 
+def test_the_disk_cache_is_per_code_generation(saxpy, tmp_path):
+    """Entries live under a directory named after the toolchain and mneme/ir's own code, by content: a mneme
+    whose code generation changed misses another's entries instead of serving them for the same key."""
+    from mneme.ir.compile import source_tag
+
+    mod, sh = saxpy
+    ck = compile_kernel(mod, SAXPY, _config(passes="default<O1>"), "sm_90", sh, cache=CompileCache(tmp_path))
+    (entry,) = tmp_path.rglob(f"{ck.code_hash}.mck")
+    assert entry.parent.name.endswith(f"-ir{source_tag()}") and entry.parent.name.startswith("llvm")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "codegen.py").write_text("X = 1\n")
+    (src / "specialize.py").write_text("Y = 2\n")
+    before = source_tag(src)
+    (src / "specialize.py").write_text("Y = 3\n")
+    source_tag.cache_clear()
+    after = source_tag(src)
+    assert after != before and len(before) == 12
+    (src / "notes.txt").write_text("not code")  # only the modules count
+    source_tag.cache_clear()
+    assert source_tag(src) == after
+
+
 def test_invalid_configurations_fail_before_compiling(saxpy):
     mod, sh = saxpy
     with pytest.raises(ConfigurationError, match="max_threads=128 is below"):

@@ -8,6 +8,8 @@ with a directory cache shared by processes, e.g. the tuner's compile pool).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import struct
@@ -85,6 +87,17 @@ def _toolchain_tag(using: Optional[str] = None) -> str:
     return f"llvm{llvm_v}-{assembler_version(using or assembler())}"
 
 
+@functools.lru_cache(maxsize=None)
+def source_tag(root: Path = Path(__file__).resolve().parent) -> str:
+    """The mneme code that turns IR into cubins (the modules of mneme/ir), by content: a cache directory is
+    named after it, so a mneme whose code generation changed never serves another mneme's cubins for the same
+    key (dims specialization once changed what a configuration compiles to, under the same key)."""
+    h = hashlib.sha256()
+    for f in sorted(root.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _encode(ck: CompiledKernel) -> bytes:
     meta = asdict(ck)
     blobs = [ck.ptx.encode(), ck.cubin.cubin, (ck.ll or "").encode()]
@@ -124,13 +137,14 @@ class CompileCache:
 
     Directory entries are written to a temporary file and renamed into place, so concurrent
     processes never read half an entry; they live under a subdirectory named after the LLVM and
-    assembler versions, so a toolchain change never serves stale code. Unreadable entries are misses.
+    assembler versions and mneme's own code generation (`source_tag`), so neither a toolchain change nor a
+    mneme upgrade serves stale code. Unreadable entries are misses.
     """
 
     def __init__(self, directory: Union[str, Path, None] = None):
         self._mem: Dict[str, CompiledKernel] = {}
         self._lock = threading.Lock()
-        self.directory = Path(directory) / _toolchain_tag() if directory is not None else None
+        self.directory = Path(directory) / f"{_toolchain_tag()}-ir{source_tag()}" if directory is not None else None
         self.hits = 0
         self.misses = 0
 
