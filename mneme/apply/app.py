@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from mneme.apply.evidence import ApplyReport, build_report, track, write_report
 from mneme.apply.manifest import write_manifest
