@@ -20,10 +20,10 @@ HEAD = ("| program | kernel | source | predicted | realized | gain share | app o
         "|---|---|---|---:|---:|---:|---|---:|")
 
 
-
 def short(name: str, width: int = 60) -> str:
     """A kernel's name cut to `width` characters (CUB's template names run to several hundred)."""
     return name if len(name) <= width else name[:width - 3] + "..."
+
 
 def rows_of(program: str, source: str, apply: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [{"program": program, "source": source, "kernel": short((k.get("kernel") or "-").split("(")[0]),

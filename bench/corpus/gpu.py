@@ -28,7 +28,6 @@ from bench.corpus.apps import App, ROOT
 WORK = ROOT / ".corpus" / "work"
 EXIT_WAIVED = 2
 MIN_TIMED_NS = 20_000
-NCU_METRIC = "gpu__time_duration.sum"
 
 
 def mneme(*args: str) -> List[str]:
@@ -310,7 +309,9 @@ def ncu_path() -> str:
 
 
 def ncu_argv(exe: Path, args: Sequence[str], launch_count: int, ncu: str = "ncu") -> List[str]:
-    return [ncu, "--clock-control", "none", "--cache-control", "none", "--metrics", NCU_METRIC, "--csv",
+    from mneme.apply.ncutimer import METRIC
+
+    return [ncu, "--clock-control", "none", "--cache-control", "none", "--metrics", METRIC, "--csv",
             "--print-units", "base", "--print-kernel-base", "mangled", "--launch-count", str(launch_count),
             str(exe), *args]
 

@@ -152,9 +152,14 @@ def _shapes(e: Entry) -> tuple:
     return (tuple(e.rec_grid), tuple(e.rec_block)), (tuple(e.tuned.grid), tuple(e.tuned.block))
 
 
+def _in_app(rounds: List[Dict[str, RunStats]]) -> List[Dict[str, RunStats]]:
+    """The rounds timed by libapply's in-app timer (a round's two runs share their timer)."""
+    return [r for r in rounds if r["observe"].timer == "events"]
+
+
 def entry_times(e: Entry, i: int, rounds: List[Dict[str, RunStats]]) -> tuple:
     """(original ns, tuned ns, timer) of entry i: the in-app timer's medians, else ncu's, else none."""
-    ev = [r for r in rounds if r["observe"].timer == "events" and r["apply"].timer == "events"]
+    ev = _in_app(rounds)
     orig = [s for r in ev for s in r["observe"].entries.get(i, _EMPTY).samples]
     tuned = [s for r in ev for s in r["apply"].entries.get(i, _EMPTY).samples]
     if orig and tuned:
@@ -173,8 +178,7 @@ def entry_times(e: Entry, i: int, rounds: List[Dict[str, RunStats]]) -> tuple:
 def build_report(entries: List[Entry], rounds: List[Dict[str, RunStats]], notes: Dict[str, List[str]]) -> ApplyReport:
     kernels = []
     for i, e in enumerate(entries):
-        ap = [r["apply"].entries.get(i, _EMPTY) for r in rounds if r["apply"].timer == "events"] or \
-             [r["apply"].entries.get(i, _EMPTY) for r in rounds]
+        ap = [r["apply"].entries.get(i, _EMPTY) for r in (_in_app(rounds) or rounds)]
         orig_ns, tuned_ns, timer = entry_times(e, i, rounds)
         kernels.append(KernelEvidence(
             kernel=e.kernel, demangled=e.demangled, rule=e.rule, description=e.description, predicted=e.expected_speedup,
@@ -187,7 +191,7 @@ def build_report(entries: List[Entry], rounds: List[Dict[str, RunStats]], notes:
     warnings = [w for r in rounds for m in ("observe", "apply") for w in r[m].warnings]
     if any(c == CHECK_EXIT for c in rcs["apply"]) and not check_failed:
         check_failed = "the app exited with libapply's check status (see the warnings)"
-    walled = [r for r in rounds if r["observe"].timer == "events"] or rounds
+    walled = _in_app(rounds) or rounds
     return ApplyReport(
         kernels=kernels, wall_original_s=_median([r["observe"].wall_s for r in walled]),
         wall_applied_s=_median([r["apply"].wall_s for r in walled]), app_ok=ok, returncodes=rcs,

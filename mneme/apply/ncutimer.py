@@ -99,9 +99,14 @@ def parse_csv(text: str) -> List[NcuRow]:
     return rows
 
 
+def report_file(report: Path) -> Path:
+    """The file ncu writes for `--export report`: report.ncu-rep."""
+    return report if report.suffix == ".ncu-rep" else report.with_name(report.name + ".ncu-rep")
+
+
 def read_report(report: Path, ncu: str, timeout: float = 300.0) -> Tuple[List[NcuRow], str]:
-    """(rows, why none) of a report ncu wrote; the report file is `report` or `report`.ncu-rep."""
-    path = report if report.suffix == ".ncu-rep" else report.with_name(report.name + ".ncu-rep")
+    """(rows, why none) of a report ncu wrote (`wrap`'s `report`)."""
+    path = report_file(report)
     if not path.is_file():
         return [], f"ncu wrote no report ({path}): no matched kernel ran, or ncu failed (see the app's output)"
     try:

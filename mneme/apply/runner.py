@@ -142,7 +142,7 @@ class ApplyRunner:
         if ncu:
             exe = ncutimer.require_ncu()
             report = self.workdir / f"ncu-{tag}"
-            report.with_name(report.name + ".ncu-rep").unlink(missing_ok=True)
+            ncutimer.report_file(report).unlink(missing_ok=True)
             argv = ncutimer.wrap(argv, self.kernels, report, exe)
         if not self.quiet:
             print(f"mneme apply: [{mode} run {round_no + 1}{', under ncu' if ncu else ''}] {' '.join(self.argv)}",

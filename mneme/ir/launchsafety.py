@@ -310,11 +310,9 @@ _GEP = re.compile(r"^getelementptr\b")
 _ELEM_SCALE = re.compile(r"^(?:shl|mul)\b[^%]*(%" + _NAME + r"), \d+\s*$")
 
 
-def _block_outputs(defs: Dict[str, str], body: str) -> Set[str]:
-    """In one function: the axes whose blockIdx, alone (through casts, or scaled by a constant element
-    size in a byte-offset GEP), is the last index of a store's address."""
-    sreg = _sregs(defs)
-
+def _block_outputs(defs: Dict[str, str], sreg: Dict[str, Tuple[str, str]], body: str) -> Set[str]:
+    """In one function (`_defs`, `_sregs`): the axes whose blockIdx, alone (through casts, or scaled by a
+    constant element size in a byte-offset GEP), is the last index of a store's address."""
     def ctaid_axis(name: str) -> Optional[str]:
         for _ in range(4):
             if sreg.get(name, ("",))[0] == "ctaid":
@@ -338,10 +336,9 @@ def _block_outputs(defs: Dict[str, str], body: str) -> Set[str]:
     return out
 
 
-def _block_scales(defs: Dict[str, str]) -> Tuple[Dict[str, str], Set[str]]:
-    """In one function (`_defs`): (axis -> what blockIdx.axis is multiplied by, when not derived from
+def _block_scales(defs: Dict[str, str], sreg: Dict[str, Tuple[str, str]]) -> Tuple[Dict[str, str], Set[str]]:
+    """In one function (`_defs`, `_sregs`): (axis -> what blockIdx.axis is multiplied by, when not derived from
     blockDim.axis; axes whose blockIdx is multiplied by a value derived from their blockDim)."""
-    sreg = _sregs(defs)
 
     def from_ntid(name: str, axis: str) -> bool:
         seen, todo = set(), [name]
@@ -418,8 +415,9 @@ def analyze_text(text: str, kernel: str, analyzed: str = "as given") -> LaunchFa
     outputs: Set[str] = set()
     for f in funcs:
         body = bodies[f]
-        outputs |= _block_outputs(defs[f], body)
-        const, scaled = _block_scales(defs[f])
+        sreg = _sregs(defs[f])
+        outputs |= _block_outputs(defs[f], sreg, body)
+        const, scaled = _block_scales(defs[f], sreg)
         for axis, what in const.items():
             scale.setdefault(axis, what)
         by_ntid |= scaled

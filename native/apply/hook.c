@@ -75,11 +75,17 @@ static void *next_export(const char *name, void *self) {
   return fn == self ? NULL : fn;
 }
 
+/* next_export, looked up once into *slot */
+static void *cached_export(void **slot, const char *name, void *self) {
+  void *fn = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (!fn && (fn = next_export(name, self))) __atomic_store_n(slot, fn, __ATOMIC_RELEASE);
+  return fn;
+}
+
 MN_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                   unsigned bz, unsigned shm, CUstream s, void **p, void **x) {
   static void *real;
-  void *fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-  if (!fn && (fn = next_export("cuLaunchKernel", (void *)cuLaunchKernel))) __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
+  void *fn = cached_export(&real, "cuLaunchKernel", (void *)cuLaunchKernel);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   if (!mna_init()) return ((mna_launch_fn)fn)(f, gx, gy, gz, bx, by, bz, shm, s, p, x);
   return mna_launch((mna_launch_fn)fn, s, f, gx, gy, gz, bx, by, bz, shm, s, p, x);
@@ -87,8 +93,7 @@ MN_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsign
 
 MN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **x) {
   static void *real;
-  void *fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-  if (!fn && (fn = next_export("cuLaunchKernelEx", (void *)cuLaunchKernelEx))) __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
+  void *fn = cached_export(&real, "cuLaunchKernelEx", (void *)cuLaunchKernelEx);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   if (!mna_init()) return ((mna_launch_ex_fn)fn)(c, f, p, x);
   return mna_launch_ex((mna_launch_ex_fn)fn, c ? c->hStream : NULL, c, f, p, x);
@@ -97,9 +102,7 @@ MN_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void 
 MN_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                              unsigned by, unsigned bz, unsigned shm, CUstream s, void **p) {
   static void *real;
-  void *fn = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-  if (!fn && (fn = next_export("cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel)))
-    __atomic_store_n(&real, fn, __ATOMIC_RELEASE);
+  void *fn = cached_export(&real, "cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel);
   if (!fn) return CUDA_ERROR_NOT_INITIALIZED;
   if (!mna_init()) return ((mna_launch_coop_fn)fn)(f, gx, gy, gz, bx, by, bz, shm, s, p);
   return mna_launch_coop((mna_launch_coop_fn)fn, s, f, gx, gy, gz, bx, by, bz, shm, s, p);
