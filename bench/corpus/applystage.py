@@ -58,9 +58,9 @@ def tuned_dirs(tune_root: Path, min_speedup: float = MIN_SPEEDUP) -> Tuple[List[
 
 
 def apply_argv(mneme_argv: List[str], tuned: List[Path], workdir: Path, exe: Path, args: List[str], rounds: int,
-               app_timeout: float, check: int) -> List[str]:
+               app_timeout: float, check: int, timer: str = "auto") -> List[str]:
     argv = mneme_argv + ["apply", *map(str, tuned), "--workdir", str(workdir), "--rounds", str(rounds),
-                         "--app-timeout", str(app_timeout)]
+                         "--app-timeout", str(app_timeout), "--timer", timer]
     if check:
         argv += ["--check", str(check)]
     return argv + ["--", str(exe), *args]
@@ -110,7 +110,8 @@ def campaign_row(report: Dict[str, Any], app_ok: Optional[bool], app_ok_observed
 
 
 def apply_app(app: App, budget: stage.Budget, ctx: Any, mneme_argv: List[str], rounds: int = 3,
-              min_speedup: float = MIN_SPEEDUP, check: int = 0, timeout: Optional[float] = None) -> Dict[str, Any]:
+              min_speedup: float = MIN_SPEEDUP, check: int = 0, timeout: Optional[float] = None,
+              timer: str = "auto") -> Dict[str, Any]:
     """One program's apply row (see the module's docstring); {"budget_cut": True} when the budget stopped it."""
     picked, short = tuned_dirs(ctx.work / app.name / "tune", min_speedup)
     if not picked:
@@ -122,7 +123,7 @@ def apply_app(app: App, budget: stage.Budget, ctx: Any, mneme_argv: List[str], r
     run_dir = ctx.run_dir(app, "apply")
     wd = run_dir / "wd"
     p = stage.run(apply_argv(mneme_argv, [d for d, _ in picked], wd, ctx.exe(app), app.argv, rounds,
-                             ctx.app_timeout, check), timeout=limit, cwd=run_dir)
+                             ctx.app_timeout, check, timer), timeout=limit, cwd=run_dir)
     if p.timed_out and limit < wanted:
         return {"budget_cut": True}
     row: Dict[str, Any] = {"apply_s": round(p.seconds, 1), "apply_tuned": [str(d) for d, _ in picked],

@@ -82,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"apply: kernels tuned to at least this (default {applystage.MIN_SPEEDUP})")
     g.add_argument("--apply-check", type=int, default=0, metavar="K",
                    help="apply: mneme apply --check K (default 0: the app's own success check is the referee)")
+    g.add_argument("--apply-timer", default="auto", choices=["auto", "events", "ncu"],
+                   help="apply: mneme apply --timer (default auto; ncu: every run under Nsight Compute, the "
+                        "referee of the apply issue, for kernels too short for the in-app timer's spread)")
     m = ap.add_argument_group("merge")
     m.add_argument("--json", type=Path, default=DOC_JSON, help="corpus.json to update (default docs/corpus.json)")
     m.add_argument("--md", type=Path, default=DOC_MD, help="markdown to write (default docs/CORPUS.md)")
@@ -115,7 +118,7 @@ def run_gpu_stage(args, budget: Optional[stage.Budget] = None) -> Dict[str, Any]
                                             resume=not args.fresh),
         "ncu": lambda a, b: gpu.ncu_app(a, b, ctx, args.launch_count),
         "apply": lambda a, b: applystage.apply_app(a, b, ctx, gpu.mneme(), args.apply_rounds, args.apply_min_speedup,
-                                                   args.apply_check),
+                                                   args.apply_check, timer=args.apply_timer),
     }
     budget = budget or stage.Budget(args.budget or GPU_BUDGET_S)
     path = stage.result_path(args.out, args.stage, _tag(args))
@@ -213,7 +216,7 @@ def _tag(args) -> str:
 def _settings(args) -> Dict[str, Any]:
     keys = {"plain": ("app_timeout",), "record": ("app_timeout", "max_recordings", "retime"),
             "replay": ("max_instances",), "tune": ("trials", "space", "top", "min_us", "jobs", "fresh"),
-            "ncu": ("launch_count",), "apply": ("app_timeout", "apply_rounds", "apply_min_speedup", "apply_check"),
+            "ncu": ("launch_count",), "apply": ("app_timeout", "apply_rounds", "apply_min_speedup", "apply_check", "apply_timer"),
             }.get(args.stage, ())
     return {k: getattr(args, k) for k in keys}
 
