@@ -58,7 +58,7 @@ EXPECTED = {
     "atomicsum": ["jacobiStep(float const*, float const*, float*, float*, int)"],
     "workqueue": ["queueSquare(float const*, float*, int*, unsigned int*, int)"],
     "halo": ["void haloSmooth<16>(float const*, float*, int, int)"],
-    "devfnptr": ["applyFn(float*, float (*)(float), int)", "applyTable(float*, int, int)"],
+    "devfnptr": ["applyFn(float*, float (*)(float), int)", "applyTable(float*, int, int)", "applyVirtual(float*, int)"],
     "devheap": ["heapFill(float**, float const*, int)", "heapSum(float* const*, float*, int)",
                 "heapFree(float**)"],
     "dynpar": ["scaleRow(float*, float const*, int, float, int)",

@@ -91,16 +91,39 @@ def test_function_pointer_arguments_and_tables_are_found(bc_dir):
     assert function_pointer_calls(plain, "_Z7heapSumPKPfS_i") == ([], False)
 
 
-def test_a_function_pointer_argument_makes_the_kernel_not_replayable_by_name():
+def test_a_function_pointer_argument_is_replayable_where_a_code_table_names_the_functions():
     from mneme.record.kerneltable import KernelIR
     from mneme.record.postprocess import _KernelRun, _replay_reasons
 
     ir = KernelIR("_Z7applyFnPfPFffEi", "applyFn", "0" * 64, ["devfnptr.cu"], b"", ["v", "f", "n"],
                   ["ptr", "ptr", "int"], [False, False, True], [], [], False, fnptr_params=[1])
     (reason,) = _replay_reasons(ir, _KernelRun(ir.name), [])
-    assert reason.startswith("argument 1 (f) is a device function pointer")
-    ir.fnptr_params = []
+    assert reason.startswith("argument 1 (f) is a device function pointer") and "no variable" in reason
+    ir.code_tables = ["d_twice"]  # replay pairs the app's address with its module's through d_twice
     assert _replay_reasons(ir, _KernelRun(ir.name), []) == []
+    ir.fnptr_params, ir.code_tables = [], []
+    assert _replay_reasons(ir, _KernelRun(ir.name), []) == []
+
+
+def test_devfnptrs_closures_carry_the_tables_that_relocate_their_pointers(bc_dir):
+    import hashlib
+
+    from mneme.cc.embedded import EmbeddedModule
+    from mneme.record.kerneltable import IRIndex
+
+    bc = compile_cu(EXAMPLES / "devfnptr.cu", bc_dir, extra=[f"-I{EXAMPLES}"]).read_bytes()
+    sha = hashlib.sha256(bc).hexdigest()
+    index = IRIndex()
+    index.modules[sha] = EmbeddedModule(name="devfnptr.cu", source="devfnptr.cu", arch="sm_90", sha256=sha, bitcode=bc)
+    for k in ("_Z7applyFnPfPFffEi", "_Z10applyTablePfii"):
+        index.defined_in[k] = [sha]
+    assert sorted(index.table_entry("_Z7applyFnPfPFffEi")[2]) == ["d_table", "d_twice"]
+    fn, table = index.closure("_Z7applyFnPfPFffEi"), index.closure("_Z10applyTablePfii")
+    assert fn.fnptr_params == [1] and fn.code_tables == ["d_table", "d_twice"]
+    assert "d_twice" in fn.variables, "the recorder snapshots the pointer variable the host read"
+    assert table.code_tables == ["d_table", "d_twice"] and "fnptr" in table.state
+    # the recorder's kernel table (asked above, before any closure existed) named the same variables
+    assert sorted(fn.variables) == ["d_table", "d_twice"]
 
 
 def test_unselected_rdc_kernels_get_their_device_state_without_a_closure(bc_dir, tmp_path):

@@ -60,15 +60,20 @@ def standin(tmp_path_factory) -> Path:
     return d / "libcuda.so.1"
 
 
-def test_resets_of_two_neighbouring_variables_are_two_copies_and_restore_both(standin, tmp_path):
-    env = dict(os.environ, MNEME_LIBCUDA=str(standin), FAKE_GLOBALS="g_count:8,g_launches:4")
-    p = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+def run_script(script: str, standin: Path, tmp_path: Path, fake_globals: str) -> dict:
+    """Runs a script in a fresh process on the stand-in driver; its output lines as {first word: rest}."""
+    env = dict(os.environ, MNEME_LIBCUDA=str(standin), FAKE_GLOBALS=fake_globals)
+    p = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines())
+    return dict(line.split(" ", 1) for line in p.stdout.splitlines())
+
+
+def test_resets_of_two_neighbouring_variables_are_two_copies_and_restore_both(standin, tmp_path):
+    lines = run_script(SCRIPT, standin, tmp_path, "g_count:8,g_launches:4")
     assert lines["layout"] == "256", "the stand-in places the variables as the driver did on the H200"
     # one copy per variable, one for the blob (its two ranges are closer than the merge gap): 3 + 1 + 598 bytes
-    assert lines["plan"] == "3 602", p.stdout
+    assert lines["plan"] == "3 602", lines
     assert lines["g_count"] == str(0x0000FFFFFF0003E8)  # its three written bytes came back from the prologue
     assert lines["g_launches"] == hex(0xAB07)  # only the written byte comes back from the prologue
     assert lines["blob"] == "True"
@@ -125,3 +130,36 @@ def test_managed_memory_is_placed_at_its_recorded_address_and_a_taken_range_name
     assert f"2 span(s) from {hex(addr)}" not in refused and f"1 span(s) from {hex(addr)}" in refused, refused
     assert "exact spans: " in refused and "64 MB windows: " in refused and "1024 MB windows: " in refused, refused
     assert "this process maps there: " in refused and f"{addr:x}-{addr + (2 << 20):x} ---p" in refused, refused
+
+
+CODEMAP = textwrap.dedent("""
+    import struct, sys
+    from mneme.device import Device, DeviceModule, read
+    from mneme.errors import MnemeError
+    from mneme.snapshot import Snapshot, SnapshotType, Writer
+
+    tmp = sys.argv[1]
+    dev = Device(0)
+    with Writer(tmp + "/c.prologue", SnapshotType.PROLOGUE) as w:
+        w.variable("d_table", 0x7F0000000000, struct.pack("<3Q", 0xA1, 0xA2, 0xA5))
+        w.args([])
+    pro = Snapshot.read(tmp + "/c.prologue")
+    mod = DeviceModule.from_cubin(b"stand-in module", dev)
+    print("fresh", mod.read_global("d_table").hex(), mod.read_global("nothere"))
+    mod.set_code_map({0xA1: 0xB1, 0xA2: 0xB2})
+    mod.load_variables(pro)
+    addr, _ = mod.global_address("d_table")
+    print("loaded", [hex(x) for x in struct.unpack("<3Q", read(addr, 24))])
+    try:
+        mod.set_code_map({})
+    except MnemeError as e:
+        print("late", e)
+""")
+
+
+def test_variables_are_written_with_the_modules_code_addresses(standin, tmp_path):
+    lines = run_script(CODEMAP, standin, tmp_path, "d_table:24")
+    assert lines["fresh"] == "00" * 24 + " None", "the stand-in's module starts zeroed; a missing variable is None"
+    # both app code addresses became the module's; 0xA5 is no function's address and stays
+    assert lines["loaded"] == "['0xb1', '0xb2', '0xa5']"
+    assert "before the variables are loaded" in lines["late"]

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from mneme.config import dim3
 from mneme.device.driver import Device, get_device
 from mneme.device.errors import check, lib
-from mneme.errors import DeviceError
+from mneme.errors import DeviceError, MnemeError
 from mneme.snapshot import pack_args
 
 Dims = Union[dim3, Sequence[int], int]
@@ -142,6 +142,25 @@ class DeviceModule:
         self.variables_loaded = True
         self._variables_from = prologue
         return list(self.skipped_variables)
+
+    def set_code_map(self, pairs: Dict[int, int]) -> None:
+        """App addresses of device functions -> this module's (mneme.replay.codemap): every write of the recorded
+        variables, and the expected values they are compared with, hold this module's. Before load_variables."""
+        ffi, native = lib()
+        items = sorted(pairs.items())
+        src = ffi.new("uint64_t[]", [a for a, _ in items] or [0])
+        dst = ffi.new("uint64_t[]", [b for _, b in items] or [0])
+        check(native.mnc_module_set_code_map(self._handle(), len(items), src, dst))
+
+    def read_global(self, name: str) -> Optional[bytes]:
+        """A variable's current bytes in this module (None when the module lacks it)."""
+        from mneme.device.memory import read
+
+        try:
+            addr, size = self.global_address(name)
+        except MnemeError:
+            return None
+        return read(addr, size)
 
     def global_address(self, name: str) -> Tuple[int, int]:
         """(device address, size) of a variable of this module."""

@@ -23,6 +23,7 @@ from typing import Any, List, Mapping, Optional, Union
 
 import llvmlite.binding as llvm
 
+from mneme.ir.codeaddr import closure_roots
 from mneme.ir.link import prune
 from mneme.ir.module import kernel_function, new_context, symbol_token
 from mneme.ir.pipeline import Pipeline, parse_pipeline
@@ -81,7 +82,8 @@ def canonical_ir(mod: llvm.ModuleRef, kernel_name: str) -> str:
     """The kernel's closure printed canonically (what the static hash is taken over)."""
     kernel_function(mod, kernel_name)
     # a private copy, not a clone: stripping renames struct types, which belong to the context
-    c = prune(llvm.parse_bitcode(mod.as_bitcode(), context=new_context()), [kernel_name])
+    c = llvm.parse_bitcode(mod.as_bitcode(), context=new_context())
+    c = prune(c, closure_roots(c, kernel_name))
     for fn in c.functions:
         if fn.is_declaration:
             continue

@@ -16,6 +16,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 import llvmlite.binding as llvm
 
 from mneme.errors import CompileError
+from mneme.ir.codeaddr import closure_roots
 from mneme.ir.module import kernel_function, module_kernels, new_context, parse_module
 from mneme.ir.target import pass_builder, target_machine
 
@@ -137,9 +138,11 @@ def _closure(sources: Sequence[Tuple[str, ModuleSource]], kernel_name: str, do_p
     if root is None:
         found = {name: module_kernels(m) for name, m in mods}
         raise CompileError(f"kernel {kernel_name!r} is defined in none of the modules; they define {found}")
+    # a kernel that calls through pointers keeps its module's code tables (mneme.ir.codeaddr)
+    roots = closure_roots(mods[root][1], kernel_name) if do_prune else [kernel_name]
     dst = mods[root][1].clone()
     if do_prune:
-        prune(dst, [kernel_name])
+        prune(dst, roots)
     used = [mods[root][0]]
     while True:
         missing = set(undefined_symbols(dst))
@@ -157,7 +160,7 @@ def _closure(sources: Sequence[Tuple[str, ModuleSource]], kernel_name: str, do_p
         if name not in used:
             used.append(name)
     if do_prune:
-        prune(dst, [kernel_name])
+        prune(dst, roots)
     return dst, used
 
 

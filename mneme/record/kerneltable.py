@@ -56,6 +56,8 @@ class KernelIR:
     state: List[str] = field(default_factory=list)
     #: parameters the kernel calls as device functions (function_pointer_calls)
     fnptr_params: List[int] = field(default_factory=list)
+    #: the closure's variables that hold device function addresses (mneme.ir.codeaddr): what replay relocates by
+    code_tables: List[str] = field(default_factory=list)
     #: how the app's build compiled the kernel's module (mneme.cc.embedded.recorded_build); {} when the binary
     #: predates recorded build settings
     build: Dict[str, object] = field(default_factory=dict)
@@ -73,7 +75,6 @@ def device_state(ir_text: str) -> List[str]:
     return [name for name, pattern in _DEVICE_STATE if pattern.search(ir_text)]
 
 
-_INDIRECT_CALL = re.compile(r"\bcall\b[^\n]*?\s%([-\w.$]+)\(")
 
 
 def function_pointer_calls(mod, kernel: str) -> Tuple[List[int], bool]:
@@ -81,11 +82,13 @@ def function_pointer_calls(mod, kernel: str) -> Tuple[List[int], bool]:
     from memory: virtual functions, function tables). Read after default<O1> on a clone, where a parameter
     called through a local copy is called by its own name; the pipeline runs only when there is an indirect
     call at all."""
-    text = str(mod)
-    if not _INDIRECT_CALL.search(text):
-        return [], False
     from mneme.errors import MnemeError
+    from mneme.ir.codeaddr import INDIRECT_CALL
     from mneme.ir.pipeline import optimize
+
+    text = str(mod)
+    if not INDIRECT_CALL.search(text):
+        return [], False
 
     try:
         clone = mod.clone()
@@ -97,7 +100,7 @@ def function_pointer_calls(mod, kernel: str) -> Tuple[List[int], bool]:
     m = re.search(r"^define [^\n]*@" + re.escape(kernel) + r"\((.*)\)[^\n]*\{$", text, re.M)
     if m:
         params = re.findall(r"%([-\w.$]+)(?=,|$)", m.group(1))
-    callees = _INDIRECT_CALL.findall(text)
+    callees = INDIRECT_CALL.findall(text)
     called = sorted({params.index(c) for c in callees if c in params})
     return called, any(c not in params for c in callees)
 
@@ -214,10 +217,11 @@ class IRIndex:
             info = self.closure(kernel)
             return len(info.arg_kinds), info.masked, info.variables, info.state
         from mneme.ir import kernel_params
+        from mneme.ir.codeaddr import closure_roots
         from mneme.ir.module import reachable_symbols
 
         mod, refs, variables = self._graph(self.defined_in[kernel][0])
-        reach = reachable_symbols(refs, kernel)
+        reach = set().union(*(reachable_symbols(refs, r) for r in closure_roots(mod, kernel, refs)))
         undefined = _undefined(reach, refs)
         if len(self.modules) > 1 and _other_unit(undefined):
             info = self.closure(kernel)
@@ -262,6 +266,7 @@ class IRIndex:
         if kernel in self._closures:
             return self._closures[kernel]
         from mneme.ir import arg_names, extract_kernel_closure, kernel_params, module_globals, undefined_symbols
+        from mneme.ir.codeaddr import code_tables
         from mneme.cc.embedded import recorded_build
         from mneme.ir.module import demangle, new_context, parse_module
         from mneme.ir.textures import texture_uses
@@ -300,6 +305,7 @@ class IRIndex:
             uses_textures=uses_textures(text),
             state=device_state(text) + (["fnptr"] if loaded_calls else []),
             fnptr_params=fn_params,
+            code_tables=sorted(code_tables(mod)) if fn_params or loaded_calls else [],
             param_sizes=[p.size for p in params],
             build=recorded_build(self.modules[self.defined_in[kernel][0]]) or {},
             other_unit_functions=other_unit,

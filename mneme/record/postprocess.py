@@ -238,11 +238,11 @@ def _replay_reasons(ir: Optional[KernelIR], kr: _KernelRun, managed_vars: List[s
     if ir is None and any(inst.texture_words for _, inst in kr.instances):
         reasons.append("an argument equals a live texture/surface object, which replay cannot recreate")
     if ir is not None:
-        for i in ir.fnptr_params:
+        for i in ir.fnptr_params if not ir.code_tables else ():
             name = ir.arg_names[i] if i < len(ir.arg_names) else f"#{i}"
-            reasons.append(f"argument {i} ({name}) is a device function pointer the kernel calls: it holds the "
-                           "address of a function in the app's module, which replay's module does not have there "
-                           "(relocating function pointers is not implemented)")
+            reasons.append(f"argument {i} ({name}) is a device function pointer the kernel calls, and no variable of "
+                           "its module names a device function (`__device__ fn_t p = f;`, a table, a vtable): replay "
+                           "cannot tell which function the app's address is, so it cannot give the replay module's")
         used = sorted(set(ir.variables) & set(managed_vars))
         if used:
             reasons.append(f"it uses __managed__ variable(s) {', '.join(used)}, which replay cannot place")
@@ -403,6 +403,8 @@ class _Writer:
             self.warnings.append(f"{self.ir.demangled}: {HEAP_NOTE}")
         if self.ir is not None and self.ir.build:
             extra["BuildSettings"] = dict(self.ir.build)  # the app's device build flags: the replay baseline's
+        if self.ir is not None and self.ir.fnptr_params:
+            extra["FunctionPointerParams"] = list(self.ir.fnptr_params)  # relocated by mneme.replay.codemap
         if self.ir is not None and self.ir.other_unit_functions:
             extra["OtherUnitFunctions"] = list(self.ir.other_unit_functions)
         prov = dict(self.db.provenance) if self.db else {}

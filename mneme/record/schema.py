@@ -145,6 +145,9 @@ class RecordDB(_Open):
     #: functions of the kernel's closure that other translation units define (relocatable device code): a
     #: separately compiled app calls them, it cannot inline them
     OtherUnitFunctions: List[str] = []
+    #: parameters the kernel calls as device functions: replay gives them its module's address of the function
+    #: the app's address named (mneme.replay.codemap)
+    FunctionPointerParams: List[Annotated[int, Field(ge=0)]] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> "RecordDB":

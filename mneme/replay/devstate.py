@@ -46,8 +46,9 @@ def failure_notes(record: RecordedExecution, record_db: str, limit_problems: Dic
                          "those reads find no recorded memory")
     if "fnptr" in state:
         notes.append("the kernel calls device functions through pointers it loads from memory (virtual functions, "
-                     "function tables): pointers the app stored (in objects an earlier launch made, or copied from "
-                     "the host) hold addresses of the app's code, not of replay's module")
+                     "function tables): replay relocates those its module's variables hold, but pointers the app "
+                     "stored in device memory (objects an earlier launch made, buffers copied from the host) hold "
+                     "addresses of the app's code, not of replay's module")
     for name, why in sorted(limit_problems.items()):
         notes.append(f"context limit {name}: {why}")
     return notes

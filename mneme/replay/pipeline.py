@@ -117,6 +117,9 @@ class ReplayPipeline:
         self._surfaces_written = False
         self._launch_args = None
         self._modules: Dict[str, Any] = {}
+        self._code_tables: Optional[Dict[str, Any]] = None
+        #: the last loaded module's code map (mneme.replay.codemap), None without code tables
+        self.code_map = None
         self.verifier = None
         #: recorded context limits the context refused (Device.set_limits), named in failures
         self.limit_problems: Dict[str, str] = {}
@@ -324,6 +327,40 @@ class ReplayPipeline:
         """The prologue's arguments, with replay's texture/surface handles in place of the recorded ones."""
         return self._launch_args if self._launch_args is not None else self._prologue.args
 
+    def args_for(self, mod):
+        """The arguments a launch from `mod` takes: launch_args, with a function-pointer parameter's app address
+        replaced by the module's own address of that function (mneme.replay.codemap)."""
+        return getattr(mod, "replay_args", None) or self.launch_args
+
+    @property
+    def code_tables(self):
+        """The linked IR's variables that hold device function addresses (mneme.ir.codeaddr), read once."""
+        if self._code_tables is None:
+            from mneme.ir.codeaddr import code_tables
+
+            self._code_tables = code_tables(self.linked())
+        return self._code_tables
+
+    def _map_code(self, mod) -> None:
+        """Before the recorded variables overwrite them: the module's own function addresses in its code tables,
+        paired with the app's the prologue holds, become the module's code map and relocate the arguments."""
+        from mneme.device import KernelArgs
+        from mneme.replay import codemap
+
+        params = list(self.record.extra.get("FunctionPointerParams") or [])
+        if not self.code_tables:
+            return
+        recorded = {v.name: v.contents for v in self._prologue.variables}
+        cmap = codemap.build(self.code_tables, recorded, mod.read_global)
+        if cmap:
+            mod.set_code_map(cmap.pairs)
+        self.code_map = cmap
+        if params:
+            args = self.launch_args
+            raw = codemap.relocate_args(bytes(args.raw), args.offsets, args.sizes, params, self.record.arg_names,
+                                        cmap, f"{self.record_db}: ")
+            mod.replay_args = KernelArgs(raw, args.offsets, args.sizes)
+
     def reset_all(self, mod) -> None:
         """Everything back to the prologue from the host copy: memory, the module's variables, arrays."""
         self._state.reset_all(mod)
@@ -342,6 +379,7 @@ class ReplayPipeline:
         mod = self._modules.get(ck.code_hash)
         if mod is None:
             mod = DeviceModule.from_cubin(ck.cubin.cubin, self.device)
+            self._map_code(mod)
             mod.load_variables(self._prologue)
             if len(self._modules) >= 16:  # keep the loaded working set small; cubins stay in the cache
                 old = next(iter(self._modules))
@@ -370,7 +408,7 @@ class ReplayPipeline:
             attrs = fn.attributes()
             r.reg_usage, r.local_mem_usage, r.const_mem_usage = attrs.num_regs, attrs.local_bytes, attrs.const_bytes
             r.occupancy = fn.occupancy(config.block, config.shared_mem)
-            args = self.launch_args
+            args = self.args_for(mod)
             self._state.plan_resets(self._written, mod)
             self._state.reset_written(None, mod)
             if self._surfaces_written:

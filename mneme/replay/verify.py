@@ -96,7 +96,7 @@ class Verifier:
             try:
                 for i in range(runs):
                     pipe.reset_all(mod)
-                    fn.launch(*launch, pipe.launch_args)
+                    fn.launch(*launch, pipe.args_for(mod))
                     states.append(capture(pipe._expected, mod, os.path.join(tmp, f"run{i}.epilogue")))
                 cal = Calibration.learn(pipe._expected, states, self.types, pipe.settings.verify_margin)
             finally:
@@ -136,7 +136,7 @@ class Verifier:
             for k, rs in ranges.items():
                 for off, n in rs:
                     fill(k[1] + off, POISON, n)
-            fn.launch(*launch, pipe.launch_args)
+            fn.launch(*launch, pipe.args_for(mod))
             return bool(pipe._state.verify(pipe._expected, plan, mod).equal)
         finally:
             pipe.reset_all(mod)

@@ -166,6 +166,9 @@ struct mnc_module {
   uint64_t var_shadow_bytes;
   char **skipped;
   uint32_t nskipped;
+  /* the app's addresses of device functions and this module's (mnc_module_set_code_map) */
+  uint64_t *code_from, *code_to;
+  uint32_t ncode;
 };
 
 enum mnc_copy_kind { MNC_COPY_D2D = 0, MNC_COPY_HOST = 1 };
@@ -240,7 +243,8 @@ int mnc_in_region(uint64_t addr, uint64_t n);
 /* ---- module.c ---- */
 int mnc_module_load_nolock(const void *image, uint64_t size, mnc_module **out);
 const mnc_var_slot *mnc_module_find_var(const mnc_module *m, uint64_t recorded_addr, uint64_t n);
-/* Copies a variable's recorded bytes into out (size bytes) with its address words relocated. */
+/* Copies a variable's recorded bytes into out (size bytes) with its address words relocated: words that held
+ * another variable's address, and words that equal an app code address of the module's code map. */
 int mnc_relocate(const mnc_module *m, const mn_var *v, const uint8_t *data, uint8_t *out);
 int mnc_set_dynamic_shared(mnc_function *f, uint32_t bytes);
 /* Writes the variables again from the snapshot they were loaded from (after a failure). */

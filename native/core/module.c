@@ -63,6 +63,8 @@ static void free_module_host(mnc_module *m) {
   free(m->skipped);
   free(m->funcs);
   free(m->vars);
+  free(m->code_from);
+  free(m->code_to);
   free(m);
 }
 
@@ -257,7 +259,45 @@ int mnc_relocate(const mnc_module *m, const mn_var *v, const uint8_t *data, uint
     now = t->addr + rl->target_offset;
     memcpy(out + rl->offset, &now, 8);
   }
+  if (m->ncode && v->addr % 8 == 0)
+    for (uint64_t o = 0; o + 8 <= v->size; o += 8) {
+      uint64_t w;
+      memcpy(&w, out + o, 8);
+      for (uint32_t k = 0; w && k < m->ncode; k++)
+        if (w == m->code_from[k]) {
+          memcpy(out + o, &m->code_to[k], 8);
+          break;
+        }
+    }
   return 0;
+}
+
+int mnc_module_set_code_map(mnc_module *m, uint32_t n, const uint64_t *from, const uint64_t *to) {
+  mnc_lock();
+  int s = 0;
+  uint64_t *f = NULL, *t = NULL;
+  if (!m || (n && (!from || !to)))
+    s = mnc_fail(MNC_E_INVALID, "no module or no addresses");
+  else if (m->vars_from)
+    s = mnc_fail(MNC_E_INVALID, "the code map must be set before the variables are loaded");
+  else if (n && (!(f = malloc(n * sizeof *f)) || !(t = malloc(n * sizeof *t))))
+    s = mnc_fail(MNC_E_NOMEM, "out of host memory");
+  if (!s) {
+    if (n) {
+      memcpy(f, from, n * sizeof *f);
+      memcpy(t, to, n * sizeof *t);
+    }
+    free(m->code_from);
+    free(m->code_to);
+    m->code_from = f;
+    m->code_to = t;
+    m->ncode = n;
+  } else {
+    free(f);
+    free(t);
+  }
+  mnc_unlock();
+  return s;
 }
 
 static int add_skipped(mnc_module *m, const char *name) {
