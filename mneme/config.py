@@ -216,6 +216,11 @@ class MeasurementSettings:
     iterations: int = 10
     warmup: int = 2
     l2_flush: bool = False
+    #: before every timed run, all of the kernel's recorded memory is rewritten from replay's device copy (device
+    #: to device), as a producer in the app leaves a kernel's inputs (a cudaMemcpy or the kernel before it:
+    #: recently written, the last of it in L2); without it only the bytes the kernel writes are restored and
+    #: each run finds what the previous one read (docs/BENCHMARKS.md, "Apply": simpleCudaGraphs' reduce)
+    rewrite_inputs: bool = False
     atol: Optional[float] = None
     rtol: Optional[float] = None
     #: element type the replay-time tolerances apply to (f32, f64, f16, bf16, i32, i64, u8 ...)

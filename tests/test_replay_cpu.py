@@ -138,3 +138,23 @@ def test_multi_instance_db_needs_a_record_id():
     db = find_dbs(str(FIXTURES / "manylaunch"))[0]
     with pytest.raises(RecordError, match="choose one with -rid"):
         ReplayPipeline(db, device_id=None)
+
+
+def test_rewrite_inputs_restores_all_recorded_memory_before_every_run():
+    """--rewrite-inputs: the reset plan grows from the bytes the kernel writes to every recorded blob (the app's
+    producer rewrote the inputs just before the kernel); without it the plan is the written bytes alone."""
+    from mneme.replay.cli import settings_from_args
+    from mneme.snapshot import Snapshot
+
+    db = find_dbs(str(FIXTURES / "vecadd"))[0]
+    assert settings_from_args(parse("--rewrite-inputs")).rewrite_inputs
+    assert not settings_from_args(parse()).rewrite_inputs
+    pipe = ReplayPipeline(db, device_id=None)
+    with Snapshot.read(pipe.instance.checked_prologue()) as pro:
+        pipe._prologue, pipe._written = pro, [(0x1000, 16)]
+        assert pipe._reset_ranges() == [(0x1000, 16)]
+        pipe.settings.rewrite_inputs = True
+        blobs = [(b.addr, b.size) for b in pro.blobs]
+        assert len(blobs) == 3, "vecAdd's a, b and c"
+        assert pipe._reset_ranges() == [(0x1000, 16)] + blobs
+        pipe._prologue = None

@@ -109,6 +109,10 @@ def add_measurement_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--iterations", "-it", type=int, default=None, help="timed iterations (default 10)")
     g.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 2)")
     g.add_argument("--l2-flush", action="store_true", default=None, help="flush L2 before every timed run")
+    g.add_argument("--rewrite-inputs", action="store_true", default=None,
+                   help="rewrite all of the kernel's recorded memory (device to device) before every timed run, as "
+                        "the app's producer (a copy, the kernel before) leaves its inputs: recently written, partly "
+                        "in L2 (default: only what the kernel writes is restored)")
     g.add_argument("--atol", type=float, default=None, help="absolute tolerance for unannotated buffers")
     g.add_argument("--rtol", type=float, default=None, help="relative tolerance for unannotated buffers")
     g.add_argument("--tol-type", default=None, help="element type the tolerances apply to (default f32)")

@@ -327,6 +327,13 @@ class ReplayPipeline:
         """The prologue's arguments, with replay's texture/surface handles in place of the recorded ones."""
         return self._launch_args if self._launch_args is not None else self._prologue.args
 
+    def _reset_ranges(self):
+        """What is restored before every run: the bytes the kernel writes, and with settings.rewrite_inputs all
+        of its recorded memory (the app's producer rewrote its inputs just before it)."""
+        if not self.settings.rewrite_inputs:
+            return self._written
+        return list(self._written) + [(b.addr, b.size) for b in self._prologue.blobs]
+
     def args_for(self, mod):
         """The arguments a launch from `mod` takes: launch_args, with a function-pointer parameter's app address
         replaced by the module's own address of that function (mneme.replay.codemap)."""
@@ -409,7 +416,7 @@ class ReplayPipeline:
             r.reg_usage, r.local_mem_usage, r.const_mem_usage = attrs.num_regs, attrs.local_bytes, attrs.const_bytes
             r.occupancy = fn.occupancy(config.block, config.shared_mem)
             args = self.args_for(mod)
-            self._state.plan_resets(self._written, mod)
+            self._state.plan_resets(self._reset_ranges(), mod)
             self._state.reset_written(None, mod)
             if self._surfaces_written:
                 self._textures.reset()  # arrays a surface wrote in an earlier run (timed runs only overwrite them)

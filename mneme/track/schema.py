@@ -233,6 +233,7 @@ def tune_options(cfg: Any, **extra: Any):
         trials=int(study.trials), devices=None if devices is None else [int(d) for d in devices],
         compile_jobs=ex.compile_jobs, storage=study.storage, study=study.name, metric=study.metric,
         objective=study.objective, iterations=m.iterations, warmup=m.warmup, timeout=m.timeout, l2_flush=m.l2_flush,
+        rewrite_inputs=m.rewrite_inputs,
         atol=m.atol, rtol=m.rtol, tol_type=m.tol_type, verification=verification_fields(m), arch=m.arch, seed=cfg.sampler.seed, resume=bool(study.resume),
         launch_safety=space.launch_safety, passes=list(_plain(space.passes) or []), pipeline_file=space.pipeline_file,
         space_module=space.module, space_args=dict(_plain(space.args) or {}), track=bool(cfg.tracking.enabled),

@@ -76,6 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--warmup", type=int, default=2, help="untimed warm-up runs per trial (default 2)")
     a("--timeout", type=float, default=60.0, help="seconds before a hung kernel is stopped (default 60)")
     a("--l2-flush", action="store_true", help="flush L2 between timed iterations")
+    a("--rewrite-inputs", action="store_true",
+      help="rewrite the kernel's recorded memory before every timed run, as the app's producer leaves its inputs")
     a("--atol", type=float, default=None, help="absolute tolerance for verification")
     a("--rtol", type=float, default=None, help="relative tolerance for verification")
     a("--tol-type", default="f32", help="element type the tolerances apply to (default f32)")
@@ -119,7 +121,7 @@ def options_from_args(args: argparse.Namespace) -> TuneOptions:
         record_db=args.record_db, record_id=args.record_id, space=args.space, sampler=args.sampler, trials=args.trials,
         devices=args.devices, compile_jobs=args.compile_jobs, storage=args.storage, study=args.study,
         metric=args.metric, objective=args.objective, iterations=args.iterations, warmup=args.warmup,
-        timeout=args.timeout, l2_flush=args.l2_flush, atol=args.atol, rtol=args.rtol, tol_type=args.tol_type,
+        timeout=args.timeout, l2_flush=args.l2_flush, rewrite_inputs=args.rewrite_inputs, atol=args.atol, rtol=args.rtol, tol_type=args.tol_type,
         verification=verify_settings(args),
         arch=args.arch, seed=args.seed, resume=args.resume, baseline_only=args.baseline_only,
         launch_safety=args.launch_safety, passes=list(args.passes), pipeline_file=args.pipeline_file,

@@ -50,6 +50,7 @@ class TuneOptions:
     warmup: int = 2
     timeout: float = 60.0
     l2_flush: bool = False
+    rewrite_inputs: bool = False
     atol: Optional[float] = None
     rtol: Optional[float] = None
     tol_type: str = "f32"
@@ -83,7 +84,8 @@ class TuneOptions:
 
     def settings(self) -> MeasurementSettings:
         return MeasurementSettings(
-            iterations=self.iterations, warmup=self.warmup, l2_flush=self.l2_flush, atol=self.atol, rtol=self.rtol,
+            iterations=self.iterations, warmup=self.warmup, l2_flush=self.l2_flush,
+            rewrite_inputs=self.rewrite_inputs, atol=self.atol, rtol=self.rtol,
             tol_type=self.tol_type, arch=self.arch, timeout=self.timeout, **self.verification,
         )
 
