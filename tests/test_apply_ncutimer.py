@@ -118,6 +118,18 @@ def test_checked_launches_are_left_out_of_ncus_applied_times():
     assert rep.kernels[0].tuned_ns == 20000 and rep.kernels[0].timer == "ncu"
 
 
+def test_runs_under_ncu_alone_count_the_tuned_launches_ncu_timed():
+    """--timer ncu on the H200 (simpleCudaGraphs, graphMemoryNodes): ncu launched the graphs' nodes itself, so
+    libapply's counters said 0 matched, 0 applied, and the campaign row said 0 kernels applied although ncu timed
+    the tuned code (29.9 -> 24.1 us)."""
+    obs = ncutimer.parse_csv(csv_rows(*[(K, "(512, 1, 1)", "(512, 1, 1)", "nsecond", v) for v in (30000, 31000)]))
+    app = ncutimer.parse_csv(csv_rows(*[(K, "(256, 1, 1)", "(1024, 1, 1)", "nsecond", v) for v in (20000, 21000)]))
+    rep = build_report([entry()], [runs([], [], applied=0, timer="ncu", rows=(obs, app))], {})
+    (k,) = rep.kernels
+    assert (k.applied, k.matched, k.timer) == (2, 2, "ncu") and rep.kernels_applied == 1
+    assert rep.wall_speedup is None, "runs under ncu are no wall time"
+
+
 def test_the_corpus_stage_reads_the_runs_under_ncu_as_runs():
     out = ("mneme apply: [observe run 1] ./a\nok A\nmneme apply: [apply run 1] ./a\nok B\n"
            "mneme apply: [observe run 2, under ncu] ./a\n==PROF== x\nok C\nmneme apply: [apply run 2, under ncu] ./a\nok D\n"

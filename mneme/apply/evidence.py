@@ -180,18 +180,24 @@ def build_report(entries: List[Entry], rounds: List[Dict[str, RunStats]], notes:
     for i, e in enumerate(entries):
         ap = [r["apply"].entries.get(i, _EMPTY) for r in (_in_app(rounds) or rounds)]
         orig_ns, tuned_ns, timer = entry_times(e, i, rounds)
+        matched, applied = sum(a.matched for a in ap), sum(a.applied for a in ap)
+        if not applied and timer == "ncu":
+            # runs under ncu alone: ncu launches a graph's nodes itself, past libapply's counters, so the tuned
+            # launches ncu timed are the count
+            applied = len([s for r in rounds if r["apply"].timer == "ncu"
+                           for s in ncutimer.samples(r["apply"].ncu_rows, e.kernel, _shapes(e)[1])])
+            matched = max(matched, applied)
         kernels.append(KernelEvidence(
             kernel=e.kernel, demangled=e.demangled, rule=e.rule, description=e.description, predicted=e.expected_speedup,
-            original_ns=orig_ns, tuned_ns=tuned_ns, matched=sum(a.matched for a in ap),
-            applied=sum(a.applied for a in ap), fell_back=sum(a.fell_back for a in ap), checked=sum(a.checked for a in ap),
-            timer=timer))
+            original_ns=orig_ns, tuned_ns=tuned_ns, matched=matched, applied=applied,
+            fell_back=sum(a.fell_back for a in ap), checked=sum(a.checked for a in ap), timer=timer))
     rcs = {m: [r[m].returncode for r in rounds] for m in ("observe", "apply")}
     check_failed = next((r["apply"].check_failed for r in rounds if r["apply"].check_failed), "")
     ok = all(c == 0 for c in rcs["observe"] + rcs["apply"]) and not check_failed
     warnings = [w for r in rounds for m in ("observe", "apply") for w in r[m].warnings]
     if any(c == CHECK_EXIT for c in rcs["apply"]) and not check_failed:
         check_failed = "the app exited with libapply's check status (see the warnings)"
-    walled = _in_app(rounds) or rounds
+    walled = _in_app(rounds)  # a run under ncu (kernels serialized, each profiled) is no wall time: none then
     return ApplyReport(
         kernels=kernels, wall_original_s=_median([r["observe"].wall_s for r in walled]),
         wall_applied_s=_median([r["apply"].wall_s for r in walled]), app_ok=ok, returncodes=rcs,

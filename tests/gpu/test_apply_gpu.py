@@ -109,7 +109,9 @@ def recorded(name, argv, tmp_path):
 
 @pytest.mark.parametrize("app, argv, space, trials", [
     ("vecadd", ["vecadd", str(1 << 24), "64"], "launch", 30),
-    ("stencil2d", ["stencil2d", "4096", "4096", "2"], "compiler", 20),
+    # 12 steps: 36 timed launches per mode over 3 rounds; with 2 steps (6) the realized share of a 5.8 % predicted
+    # gain read 81 %, 103 % and 118 % on three H200 runs of the same code
+    ("stencil2d", ["stencil2d", "4096", "4096", "12"], "compiler", 20),
 ])
 def test_apply_realizes_the_tuned_speedup_in_the_app(app, argv, space, trials, tuned_for):
     db, out, s = tuned_for(app, argv, space, trials)
