@@ -84,7 +84,7 @@ def test_function_pointer_arguments_and_tables_are_found(bc_dir):
     for k in module_kernels(parse_module(bc)):
         mod, _ = extract_kernel_closure([("devfnptr.cu", bc)], k)
         got[k.split("P")[0]] = function_pointer_calls(mod, k)
-    assert got == {"_Z7applyFn": ([1], False), "_Z10applyTable": ([], True)}
+    assert got == {"_Z7applyFn": ([1], False), "_Z10applyTable": ([], True), "_Z12applyVirtual": ([], True)}
     plain = extract_kernel_closure([("devheap.cu", compile_cu(EXAMPLES / "devheap.cu", bc_dir,
                                                                extra=[f"-I{EXAMPLES}"]).read_bytes())],
                                    "_Z7heapSumPKPfS_i")[0]
@@ -115,15 +115,20 @@ def test_devfnptrs_closures_carry_the_tables_that_relocate_their_pointers(bc_dir
     sha = hashlib.sha256(bc).hexdigest()
     index = IRIndex()
     index.modules[sha] = EmbeddedModule(name="devfnptr.cu", source="devfnptr.cu", arch="sm_90", sha256=sha, bitcode=bc)
-    for k in ("_Z7applyFnPfPFffEi", "_Z10applyTablePfii"):
+    for k in ("_Z7applyFnPfPFffEi", "_Z10applyTablePfii", "_Z12applyVirtualPfi"):
         index.defined_in[k] = [sha]
-    assert sorted(index.table_entry("_Z7applyFnPfPFffEi")[2]) == ["d_table", "d_twice"]
+    tables = ["d_table", "d_twice"]
+    assert sorted(index.table_entry("_Z7applyFnPfPFffEi")[2]) == tables
     fn, table = index.closure("_Z7applyFnPfPFffEi"), index.closure("_Z10applyTablePfii")
-    assert fn.fnptr_params == [1] and fn.code_tables == ["d_table", "d_twice"]
+    assert fn.fnptr_params == [1] and fn.code_tables == tables
     assert "d_twice" in fn.variables, "the recorder snapshots the pointer variable the host read"
-    assert table.code_tables == ["d_table", "d_twice"] and "fnptr" in table.state
+    assert table.code_tables == tables and "fnptr" in table.state
     # the recorder's kernel table (asked above, before any closure existed) named the same variables
-    assert sorted(fn.variables) == ["d_table", "d_twice"]
+    assert sorted(fn.variables) == tables
+    # the vtables (linkonce) stay with the kernel that constructs their objects, not with every caller
+    virt = index.closure("_Z12applyVirtualPfi")
+    assert virt.code_tables == ["_ZTV2Op", "_ZTV4Half"] + tables and "fnptr" in virt.state
+    assert sorted(index.table_entry("_Z12applyVirtualPfi")[2]) == sorted(virt.variables)
 
 
 def test_unselected_rdc_kernels_get_their_device_state_without_a_closure(bc_dir, tmp_path):

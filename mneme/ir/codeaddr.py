@@ -25,6 +25,8 @@ from mneme.ir.module import unquote_symbol
 #: a call through a value rather than a named function (`call float %5(float %x)`)
 INDIRECT_CALL = re.compile(r"\bcall\b[^\n]*?\s%([-\w.$]+)\(")
 _LOCAL = (llvm.Linkage.internal, llvm.Linkage.private)
+#: definitions the optimizer drops when nothing references them, roots or not
+_DISCARDABLE = (llvm.Linkage.linkonce_any, llvm.Linkage.linkonce_odr, llvm.Linkage.available_externally)
 _KIND = re.compile(r"\s=\s[^\n]*?\b(?:global|constant)\s")
 _WORD = re.compile(r"[-\w.$+]+")
 _SYMBOL = re.compile(r'@("(?:[^"\\]|\\.)*"|[-a-zA-Z$._][-a-zA-Z$._0-9]*)')
@@ -159,15 +161,17 @@ def code_words(gv, td, functions: Set[str]) -> CodeWords:
     return cur.out
 
 
-def code_tables(mod: llvm.ModuleRef) -> Dict[str, CodeWords]:
-    """The module's visible variables whose initializers hold device function addresses, with those words."""
+def code_tables(mod: llvm.ModuleRef, kept: bool = False) -> Dict[str, CodeWords]:
+    """The module's visible variables whose initializers hold device function addresses, with those words;
+    `kept`: only those a pruned module keeps when nothing uses them (not linkonce: vtables of classes the
+    kernel never constructs go)."""
     functions = {f.name for f in mod.functions}
     if not functions:
         return {}
     td = llvm.create_target_data(mod.data_layout)
     out: Dict[str, CodeWords] = {}
     for gv in mod.global_variables:
-        if gv.name.startswith("llvm.") or gv.linkage in _LOCAL:
+        if gv.name.startswith("llvm.") or gv.linkage in _LOCAL or (kept and gv.linkage in _DISCARDABLE):
             continue
         words = code_words(gv, td, functions)
         if words:
@@ -186,7 +190,7 @@ def closure_roots(mod: llvm.ModuleRef, kernel: str, refs: Optional[dict] = None)
     table of the module, so that the functions the app's pointers may name are in replay's module with tables
     that say where. The same answer from the app's module and from the recorded closure (the tables the
     closure kept are all of the module's it could need)."""
-    tables = code_tables(mod)
+    tables = code_tables(mod, kept=True)
     if not tables:
         return [kernel]
     from mneme.ir.module import reachable_symbols, symbol_references
