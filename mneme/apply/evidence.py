@@ -181,11 +181,12 @@ def build_report(entries: List[Entry], rounds: List[Dict[str, RunStats]], notes:
         ap = [r["apply"].entries.get(i, _EMPTY) for r in (_in_app(rounds) or rounds)]
         orig_ns, tuned_ns, timer = entry_times(e, i, rounds)
         matched, applied = sum(a.matched for a in ap), sum(a.applied for a in ap)
-        if not applied and timer == "ncu":
-            # runs under ncu alone: ncu launches a graph's nodes itself, past libapply's counters, so the tuned
-            # launches ncu timed are the count
+        rec, new = _shapes(e)
+        if not applied and timer == "ncu" and rec != new:
+            # runs under ncu alone: ncu launches a graph's nodes itself, past libapply's counters; where the tuned
+            # launch shape differs from the recorded one, the launches ncu timed in that shape are the count
             applied = len([s for r in rounds if r["apply"].timer == "ncu"
-                           for s in ncutimer.samples(r["apply"].ncu_rows, e.kernel, _shapes(e)[1])])
+                           for s in ncutimer.samples(r["apply"].ncu_rows, e.kernel, new)])
             matched = max(matched, applied)
         kernels.append(KernelEvidence(
             kernel=e.kernel, demangled=e.demangled, rule=e.rule, description=e.description, predicted=e.expected_speedup,
