@@ -170,18 +170,20 @@ class Calibration:
             if ref is None or first is None or len(first) != len(ref):
                 continue
             changed: List[Tuple[int, int]] = []
+            elem = types.get(k)
+            step = _SIZES.get(elem, 1) if elem else 1
             for other in contents[2:]:
                 got = other.get(k)
                 if got is not None and len(got) == len(ref):
-                    changed += diff_ranges(first, got, 0)
-            elem = types.get(k)
-            step = _SIZES.get(elem, 1) if elem else 1
+                    # ranges closer than an element merge in C: _align would merge them anyway, and a permuted
+                    # output (every element differs) no longer makes a Python tuple per element
+                    changed += diff_ranges(first, got, step)
             if changed:
                 cal.varying[k] = _align(changed, step, size)
                 if elem in FLOAT_ELEMS:
                     cal.elem[k] = elem
                     cal.spread[k] = _spread([c[k] for c in contents if k in c], elem, cal.varying[k])
-            apart = _subtract(_align(diff_ranges(ref, first, 0), step, size), cal.varying.get(k, []))
+            apart = _subtract(_align(diff_ranges(ref, first, step), step, size), cal.varying.get(k, []))
             if apart:
                 cal.replay_differs[k] = sum(n for _, n in apart)
         return cal
@@ -226,16 +228,21 @@ def _align(ranges: Iterable[Tuple[int, int]], step: int, size: int) -> List[Tupl
 
 
 def _subtract(ranges: Iterable[Tuple[int, int]], minus: Sequence[Tuple[int, int]]) -> List[Tuple[int, int]]:
-    """The parts of `ranges` outside `minus` (both (offset, length), `minus` sorted and disjoint)."""
+    """The parts of `ranges` outside `minus` (both (offset, length), sorted and disjoint): one sweep over both
+    (a range-by-range scan of `minus` took 31 s for 10,000 ranges of a permuted 40 MB output)."""
     out: List[Tuple[int, int]] = []
+    j = 0
     for lo, n in ranges:
         pos, hi = lo, lo + n
-        for mlo, mn in minus:
-            if mlo + mn <= pos or mlo >= hi:
-                continue
+        while j < len(minus) and minus[j][0] + minus[j][1] <= pos:
+            j += 1
+        k = j
+        while k < len(minus) and minus[k][0] < hi:
+            mlo, mn = minus[k]
             if mlo > pos:
                 out.append((pos, mlo - pos))
             pos = max(pos, mlo + mn)
+            k += 1
         if pos < hi:
             out.append((pos, hi - pos))
     return out
