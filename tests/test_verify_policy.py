@@ -216,3 +216,36 @@ def test_a_permuted_output_is_learned_as_few_ranges_and_subtracted_exactly(vecad
         got = {x for o, n in _subtract(a, m) for x in range(o, o + n)}
         want = {x for o, n in a for x in range(o, o + n)} - {x for o, n in m for x in range(o, o + n)}
         assert got == want, seed
+
+
+def test_an_int_output_in_another_order_every_run_is_compared_as_a_multiset(vecadd, tmp_path):
+    """filter_arr's output (slots handed out by atomics): every replay holds the recording's elements in another
+    order. Compared as a multiset, exactly: the same elements in any order pass, one other element fails by value;
+    a float buffer in another order is not this case (its varying bytes get the spread tolerance)."""
+    _, _, epi, types, names, c = vecadd
+    ints = {k: "i32" for k in types}
+    vals = np.arange(len(epi.find_blob(c).contents) // 4, dtype=np.int32) * 7 + 3
+    rng = np.random.default_rng(11)
+
+    def run(name, data):
+        path = tmp_path / f"{name}.snap"
+        with Writer(path, SnapshotType.EPILOGUE) as w:
+            for b in epi.blobs:
+                w.blob(b.addr, data.tobytes() if b.addr == c else bytes(b.contents), b.space)
+        return Snapshot.read(path)
+
+    rec = run("rec", vals)  # the recording, as the app left it
+    runs = [run(f"p{i}", rng.permutation(vals)) for i in range(2)]
+    cal = Calibration.learn(rec, runs, ints)
+    assert cal.permuted == {("blob", c): "i32"} and "in another order" in cal.summary()
+    pols = policies(rec, types=ints, names=names, calibration=cal)
+    pc = next(p for p in pols if p.key == ("blob", c))
+    assert pc.how == "exact+multiset" and "as a multiset of i32" in pc.describe()
+    assert judge(rec, run("p2", rng.permutation(vals)), pols).passed
+    wrong = rng.permutation(vals)
+    wrong[5] += 1
+    v = judge(rec, run("w", wrong), pols)
+    assert not v.passed and "as a multiset of i32 elements: 1 of" in str(v), str(v)
+    # not for floats: an f32 buffer in another order is judged by the calibration's spread, not as a multiset
+    cal_f = Calibration.learn(rec, runs, types)
+    assert not cal_f.permuted

@@ -15,13 +15,16 @@ configuration computes something else" from "this kernel is not bit-reproducible
   3. varying bytes of a buffer whose element type is a float (from the IR or an annotation):
      compared with |a - e| <= atol, atol = (1 + margin) * the largest spread (max - min) any varying
      element showed across the calibration's states. Never wider than that: the margin is stated;
-  4. varying bytes of any other buffer: skipped as scratch when replay showed that nothing else the
+  4. varying bytes of an integer buffer whose every state holds the recording's elements in another order
+     (slots handed out by atomics: a filtered or compacted output): compared as a multiset of elements,
+     exactly (`multiset`);
+  5. varying bytes of any other buffer: skipped as scratch when replay showed that nothing else the
      kernel writes depends on them (`scratch` evidence: a run with those bytes poisoned left every
      other buffer as expected), otherwise compared exactly (and the verdict says what would accept them);
-  5. `float_rtol` (`--float-rtol`): float buffers (by IR element type) compared with
+  6. `float_rtol` (`--float-rtol`): float buffers (by IR element type) compared with
      |a - e| <= atol + float_rtol * |e|, for configurations that only round differently (fast-math,
      FMA contraction); the observed error is reported per trial;
-  6. every other byte exactly.
+  7. every other byte exactly.
 * A `Verdict` (mneme.record.verdict) names every buffer, how it was compared (exact / tolerance with its value and source /
   skipped as scratch with the evidence), and for a failure the first differing elements as values,
   the max absolute and relative error and the flag or annotation that would accept them.
@@ -132,6 +135,8 @@ class BufferPolicy:
         if self.skipped:
             n = sum(length for _, length in self.skipped)
             parts.append(f"skipped {n} B as scratch ({self.evidence})")
+        if self.how.endswith("multiset"):
+            parts.append(f"all of it as a multiset of {self.elem} elements ({self.evidence})")
         return "; ".join(parts) or "nothing to compare"
 
 
@@ -150,6 +155,8 @@ class Calibration:
     scratch_ranges: Dict[Key, List[Tuple[int, int]]] = field(default_factory=dict)
     #: bytes on which every replay agrees but the recording does not: replay computes something else
     replay_differs: Dict[Key, int] = field(default_factory=dict)
+    #: integer buffers whose every state holds the recording's elements in another order: key -> element type
+    permuted: Dict[Key, str] = field(default_factory=dict)
 
     @classmethod
     def learn(cls, expected: Snapshot, runs: Sequence[Snapshot], types: Optional[Mapping[Key, str]] = None,
@@ -180,6 +187,10 @@ class Calibration:
                     changed += diff_ranges(first, got, step)
             if changed:
                 cal.varying[k] = _align(changed, step, size)
+                if elem in _FMT and elem not in FLOAT_ELEMS:
+                    mine = _sorted_elems(ref, elem)
+                    if mine is not None and all(_sorted_elems(c[k], elem) == mine for c in contents[1:] if k in c):
+                        cal.permuted[k] = elem
                 if elem in FLOAT_ELEMS:
                     cal.elem[k] = elem
                     cal.spread[k] = _spread([c[k] for c in contents if k in c], elem, cal.varying[k])
@@ -200,9 +211,25 @@ class Calibration:
     def summary(self) -> str:
         parts = [f"{_where(k)}: {sum(n for _, n in r)} B vary" for k, r in self.varying.items()]
         parts += [f"{_where(k)}: {n} B differ from the recording in every replay" for k, n in self.replay_differs.items()]
+        parts += [f"{_where(k)}: the same {e} elements in another order in every run" for k, e in self.permuted.items()]
         if not parts:
             return f"calibration: {self.states} runs of the recorded configuration agree bit for bit"
         return f"calibration: {self.states} runs (the recording and {self.states - 1} replays); " + "; ".join(parts)
+
+
+def _sorted_elems(buf, elem: str) -> Optional[List[int]]:
+    """The buffer's elements of `elem` (an integer type), sorted; None when it is no whole number of them."""
+    if len(buf) % _SIZES[elem]:
+        return None
+    return sorted(memoryview(buf).cast("B").cast(_FMT[elem]))
+
+
+def same_multiset(a, b, elem: str) -> bool:
+    """Whether two buffers hold the same elements of `elem` (an integer type), in any order."""
+    if len(a) != len(b):
+        return False
+    sa = _sorted_elems(a, elem)
+    return sa is not None and sa == _sorted_elems(b, elem)
 
 
 def _contents(s: Snapshot) -> Dict[Key, memoryview]:
@@ -347,6 +374,11 @@ def _rules(p: BufferPolicy, base: int, size: int, cal: Optional[Calibration], fl
             p.note = f"{len(varying)} varying ranges, compared as one span"
         return _cover(k, base, size, ranges, lambda o, n: cal_tol.check(k, base, o, n))
     n_vary = sum(n for _, n in varying)
+    if cal and k in cal.permuted:
+        p.how = "exact+multiset"
+        p.evidence = (f"calibration: each of {cal.states} runs of the recorded configuration holds the recording's "
+                      f"{cal.permuted[k]} elements in another order, {n_vary} B moved")
+        return _cover(k, base, size, varying, None)
     if cal and k in cal.scratch:
         skipped = list(cal.scratch_ranges.get(k, varying))
         p.how, p.skipped, p.evidence = ("scratch" if skipped == [(0, size)] else "exact+scratch"), skipped, cal.scratch[k]
