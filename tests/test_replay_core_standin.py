@@ -134,7 +134,7 @@ def test_managed_memory_is_placed_at_its_recorded_address_and_a_taken_range_name
 
 CODEMAP = textwrap.dedent("""
     import struct, sys
-    from mneme.device import Device, DeviceModule, read
+    from mneme.device import Device, DeviceModule, read, write
     from mneme.errors import MnemeError
     from mneme.snapshot import Snapshot, SnapshotType, Writer
 
@@ -142,7 +142,7 @@ CODEMAP = textwrap.dedent("""
     dev = Device(0)
     with Writer(tmp + "/c.prologue", SnapshotType.PROLOGUE) as w:
         w.variable("d_table", 0x7F0000000000, struct.pack("<3Q", 0xA1, 0xA2, 0xA5))
-        w.args([])
+        w.args([struct.pack("<Q", 0x7000), struct.pack("<Q", 0xA2)])
     pro = Snapshot.read(tmp + "/c.prologue")
     mod = DeviceModule.from_cubin(b"stand-in module", dev)
     print("fresh", mod.read_global("d_table").hex(), mod.read_global("nothere"))
@@ -150,6 +150,14 @@ CODEMAP = textwrap.dedent("""
     mod.load_variables(pro)
     addr, _ = mod.global_address("d_table")
     print("loaded", [hex(x) for x in struct.unpack("<3Q", read(addr, 24))])
+    # what ReplayPipeline does per module: the pairs from the module's own table words, the arguments relocated
+    from mneme.replay import codemap
+    other = DeviceModule.from_cubin(b"stand-in module", dev)
+    write(other.global_address("d_table")[0], struct.pack("<3Q", 0xC1, 0xC2, 0))  # this module's own addresses
+    cmap = codemap.attach(other, {"d_table": [(0, "twice"), (8, "plusOne")]}, pro, pro.args, [1], ["v", "f"])
+    other.load_variables(pro)
+    print("attached", sorted((hex(a), hex(b)) for a, b in cmap.pairs.items()),
+          hex(struct.unpack("<2Q", bytes(other.replay_args.raw))[1]))
     try:
         mod.set_code_map({})
     except MnemeError as e:
@@ -163,3 +171,5 @@ def test_variables_are_written_with_the_modules_code_addresses(standin, tmp_path
     # both app code addresses became the module's; 0xA5 is no function's address and stays
     assert lines["loaded"] == "['0xb1', '0xb2', '0xa5']"
     assert "before the variables are loaded" in lines["late"]
+    # a second module: its table words name its own addresses; f (0xA2, the app's plusOne) becomes 0xC2
+    assert lines["attached"] == "[('0xa1', '0xc1'), ('0xa2', '0xc2')] 0xc2"

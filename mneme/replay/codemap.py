@@ -93,3 +93,19 @@ def relocate_args(raw: bytes, offsets: Sequence[int], sizes: Sequence[int], para
                 "one a kernel computed or stored elsewhere")
         struct.pack_into("<Q", out, offsets[i], cmap.pairs[value])
     return bytes(out)
+
+
+def attach(mod, tables: Mapping[str, CodeWords], prologue, args, params: Sequence[int], arg_names: Sequence[str],
+           where: str = "") -> CodeMap:
+    """Before the recorded variables overwrite them: `mod`'s own function addresses in its code tables, paired
+    with the app's that `prologue` holds, become the module's code map (mneme.device.DeviceModule.set_code_map);
+    with function-pointer `params`, `mod.replay_args` are `args` relocated (ReplayPipeline.args_for)."""
+    from mneme.device import KernelArgs
+
+    cmap = build(tables, {v.name: v.contents for v in prologue.variables}, mod.read_global)
+    if cmap:
+        mod.set_code_map(cmap.pairs)
+    if params:
+        raw = relocate_args(bytes(args.raw), args.offsets, args.sizes, params, arg_names, cmap, where)
+        mod.replay_args = KernelArgs(raw, args.offsets, args.sizes)
+    return cmap

@@ -349,24 +349,13 @@ class ReplayPipeline:
         return self._code_tables
 
     def _map_code(self, mod) -> None:
-        """Before the recorded variables overwrite them: the module's own function addresses in its code tables,
-        paired with the app's the prologue holds, become the module's code map and relocate the arguments."""
-        from mneme.device import KernelArgs
+        """The module's code map and relocated arguments (mneme.replay.codemap), before its variables load."""
         from mneme.replay import codemap
 
-        params = list(self.record.extra.get("FunctionPointerParams") or [])
-        if not self.code_tables:
-            return
-        recorded = {v.name: v.contents for v in self._prologue.variables}
-        cmap = codemap.build(self.code_tables, recorded, mod.read_global)
-        if cmap:
-            mod.set_code_map(cmap.pairs)
-        self.code_map = cmap
-        if params:
-            args = self.launch_args
-            raw = codemap.relocate_args(bytes(args.raw), args.offsets, args.sizes, params, self.record.arg_names,
-                                        cmap, f"{self.record_db}: ")
-            mod.replay_args = KernelArgs(raw, args.offsets, args.sizes)
+        if self.code_tables:
+            self.code_map = codemap.attach(mod, self.code_tables, self._prologue, self.launch_args,
+                                           self.record.extra.get("FunctionPointerParams") or [],
+                                           self.record.arg_names, f"{self.record_db}: ")
 
     def reset_all(self, mod) -> None:
         """Everything back to the prologue from the host copy: memory, the module's variables, arrays."""
