@@ -185,12 +185,14 @@ def calls_through_pointers(mod: llvm.ModuleRef, names: Iterable[str]) -> bool:
     return any(not f.is_declaration and f.name in want and INDIRECT_CALL.search(str(f)) for f in mod.functions)
 
 
-def closure_roots(mod: llvm.ModuleRef, kernel: str, refs: Optional[dict] = None) -> List[str]:
+def closure_roots(mod: llvm.ModuleRef, kernel: str, refs: Optional[dict] = None,
+                  tables: Optional[Dict[str, CodeWords]] = None) -> List[str]:
     """What a kernel's pruned closure keeps: the kernel, and — when its code calls through a pointer — every code
     table of the module, so that the functions the app's pointers may name are in replay's module with tables
     that say where. The same answer from the app's module and from the recorded closure (the tables the
-    closure kept are all of the module's it could need)."""
-    tables = code_tables(mod, kept=True)
+    closure kept are all of the module's it could need). `refs` and `tables` (code_tables(mod, kept=True)), when
+    given, are the module's, read once for all its kernels."""
+    tables = code_tables(mod, kept=True) if tables is None else tables
     if not tables:
         return [kernel]
     from mneme.ir.module import reachable_symbols, symbol_references

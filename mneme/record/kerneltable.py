@@ -75,8 +75,6 @@ def device_state(ir_text: str) -> List[str]:
     return [name for name, pattern in _DEVICE_STATE if pattern.search(ir_text)]
 
 
-
-
 def function_pointer_calls(mod, kernel: str) -> Tuple[List[int], bool]:
     """(parameters the kernel calls as device functions, whether its closure calls through pointers it loads
     from memory: virtual functions, function tables). Read after default<O1> on a clone, where a parameter
@@ -220,8 +218,8 @@ class IRIndex:
         from mneme.ir.codeaddr import closure_roots
         from mneme.ir.module import reachable_symbols
 
-        mod, refs, variables = self._graph(self.defined_in[kernel][0])
-        reach = set().union(*(reachable_symbols(refs, r) for r in closure_roots(mod, kernel, refs)))
+        mod, refs, variables, tables = self._graph(self.defined_in[kernel][0])
+        reach = set().union(*(reachable_symbols(refs, r) for r in closure_roots(mod, kernel, refs, tables)))
         undefined = _undefined(reach, refs)
         if len(self.modules) > 1 and _other_unit(undefined):
             info = self.closure(kernel)
@@ -231,14 +229,16 @@ class IRIndex:
         return len(params), masked_bytes(mod, params), [g.name for g in variables if g.name in reach], state
 
     def _graph(self, sha: str) -> tuple:
-        """(parsed module, symbol_references, module_globals) of one module, built once."""
+        """(parsed module, symbol_references, module_globals, code tables kept as roots) of one module, built once
+        (the code tables print every variable's initializer: once per module, not per kernel)."""
         if sha not in self._graphs:
             from mneme.ir import module_globals
+            from mneme.ir.codeaddr import code_tables
             from mneme.ir.module import parse_module, symbol_references
 
             m = self.modules[sha]
             mod = parse_module(m.bitcode, name=m.name)
-            self._graphs[sha] = (mod, symbol_references(mod), module_globals(mod))
+            self._graphs[sha] = (mod, symbol_references(mod), module_globals(mod), code_tables(mod, kept=True))
         return self._graphs[sha]
 
     def device_state(self, kernel: str) -> List[str]:

@@ -224,14 +224,6 @@ def _sorted_elems(buf, elem: str) -> Optional[List[int]]:
     return sorted(memoryview(buf).cast("B").cast(_FMT[elem]))
 
 
-def same_multiset(a, b, elem: str) -> bool:
-    """Whether two buffers hold the same elements of `elem` (an integer type), in any order."""
-    if len(a) != len(b):
-        return False
-    sa = _sorted_elems(a, elem)
-    return sa is not None and sa == _sorted_elems(b, elem)
-
-
 def _contents(s: Snapshot) -> Dict[Key, memoryview]:
     out: Dict[Key, memoryview] = {("blob", b.addr): b.contents for b in s.blobs}
     out.update({("variable", v.name): v.contents for v in s.variables})
